@@ -1,0 +1,203 @@
+"""The public API behind the CLI: import, compile, build into a folder, load, verify."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__, env, pipeline, runtime
+from .errors import TvmfuseError
+from .frontend import ImportedModel, import_model
+from .report import FusionGroup, fusion_groups, kernel_calls
+from .targets import TargetSpec, get_target
+
+log = logging.getLogger(__name__)
+
+DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+
+__all__ = ["Analysis", "BuildOptions", "Compiled", "analyze", "build", "compile_model", "default_database", "get_target",
+           "import_model", "load"]
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to compile: the CLI fills this in, the pipeline reads it.
+
+    ``database`` is a MetaSchedule JSON database folder; ``None`` takes the target's folder under
+    ``tuning_logs/`` when it holds records, and ``use_database=False`` applies none at all.
+    """
+
+    database: Path | None = None
+    use_database: bool = True
+    dump_ir: Path | None = None
+
+
+@dataclass
+class Analysis:
+    """What the pipeline made of a model up to FuseTIR: its kernels and fusion groups."""
+
+    kernels: list[str]
+    groups: list[FusionGroup]
+    phase_seconds: dict[str, float]
+
+
+@dataclass
+class Compiled:
+    """A compiled model, not yet written anywhere."""
+
+    model: ImportedModel
+    target: TargetSpec
+    executable: object  # tvm.relax.Executable
+    analysis: Analysis
+    database: Path | None
+    seconds: float
+
+
+def default_database(target: TargetSpec) -> Path | None:
+    """The target's committed database under ``tuning_logs/``, if it holds records."""
+    folder = env.TUNING_LOGS / target.key
+    return folder if _has_database(folder) else None
+
+
+def _has_database(folder: Path) -> bool:
+    return all((folder / name).is_file() for name in DATABASE_FILES)
+
+
+def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
+            until: str | None = "fuse_tir"):
+    """Run the pipeline on ``model`` up to ``until`` (None: all phases).
+
+    Returns the transformed module and an :class:`Analysis`. Writes the IR after each phase when
+    ``options.dump_ir`` is set.
+    """
+    analysis = Analysis([], [], {})
+    clock = [time.perf_counter()]
+
+    def on_phase(name, mod):
+        now = time.perf_counter()
+        analysis.phase_seconds[name] = now - clock[0]
+        clock[0] = now
+        if name == "fuse_ops":
+            analysis.groups.extend(fusion_groups(mod))
+        elif name == "fuse_tir":
+            analysis.kernels.extend(kernel_calls(mod))
+        if options.dump_ir is not None:
+            index = len(analysis.phase_seconds)
+            (options.dump_ir / f"{index:02d}_{name}.py").write_text(mod.script(show_meta=False))
+
+    if options.dump_ir is not None:
+        options.dump_ir.mkdir(parents=True, exist_ok=True)
+        (options.dump_ir / "00_import.py").write_text(model.mod.script(show_meta=False))
+    database = _database(target, options)
+    mod = pipeline.run(model.mod, target, pipeline.PipelineOptions(database),
+                       until=until, on_phase=on_phase)
+    return mod, analysis
+
+
+def _database(target: TargetSpec, options: BuildOptions) -> Path | None:
+    if not options.use_database:
+        return None
+    database = options.database or default_database(target)
+    if database is not None and not _has_database(database):
+        raise TvmfuseError(
+            f"{database} is not a tuning database: it needs {' and '.join(DATABASE_FILES)}"
+        )
+    return database
+
+
+def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> Compiled:
+    """Run the tvmfuse pipeline on ``model`` and build it for ``target``."""
+    import tvm  # noqa: PLC0415
+
+    database = _database(target, options)
+    log.info("compiling %s for %s (%s); tuning database: %s", model.source, target.name,
+             target.description, database or "none")
+    start = time.perf_counter()
+    try:
+        lowered, analysis = analyze(model, target, options, until=None)
+        executable = tvm.compile(lowered, target=target.tvm_target(), relax_pipeline=None)
+    except Exception as err:  # noqa: BLE001 - TVM raises builtin types from C++; one line for users
+        raise TvmfuseError(
+            f"TVM failed to compile {model.source} for {target.name}: "
+            f"{str(err).strip().splitlines()[-1]}"
+        ) from err
+    seconds = time.perf_counter() - start
+    log.info("compiled to %d kernel launches (%d fusion groups) in %.1f s",
+             len(analysis.kernels), len(analysis.groups), seconds)
+    return Compiled(model, target, executable, analysis, database, seconds)
+
+
+def build(compiled: Compiled, out_dir: str | Path) -> Path:
+    """Write the deployable library and its ``manifest.json`` into ``out_dir``.
+
+    The folder is written beside its final place and swapped in at the end, so a failed build
+    leaves any earlier build there untouched.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        compiled.target.export(compiled.executable, str(staging / runtime.LIBRARY))
+        manifest = _manifest(compiled)
+        (staging / runtime.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        _swap_in(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("wrote %s", out_dir)
+    return out_dir
+
+
+def _swap_in(staging: Path, out_dir: Path) -> None:
+    if out_dir.exists() and not (out_dir / runtime.MANIFEST).is_file():
+        raise TvmfuseError(f"{out_dir} exists and is not a tvmfuse build; choose another -o")
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        out_dir.rename(old)
+    staging.rename(out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _manifest(compiled: Compiled) -> dict:
+    import tvm  # noqa: PLC0415
+
+    model, target = compiled.model, compiled.target
+    return {
+        "tvmfuse_version": __version__,
+        "tvm_version": tvm.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "model": {"source": model.source, "kind": model.kind},
+        "target": {"name": target.name, "key": target.key, "config": target.config,
+                   "description": target.description},
+        "library": runtime.LIBRARY,
+        "inputs": [s.to_json() for s in model.inputs],
+        "outputs": [s.to_json() for s in model.outputs],
+        "kernels": len(compiled.analysis.kernels),
+        "fusion_groups": [g.to_json() for g in compiled.analysis.groups],
+        "database": _database_json(compiled.database),
+        "compile_seconds": round(compiled.seconds, 2),
+    }
+
+
+def _database_json(database: Path | None) -> dict | None:
+    if database is None:
+        return None
+    digest = hashlib.sha256()
+    for name in DATABASE_FILES:
+        digest.update((database / name).read_bytes())
+    return {"path": str(database), "sha256": digest.hexdigest()}
+
+
+def load(path: str | Path) -> runtime.Deployed:
+    """Load a build folder for running (see :mod:`tvmfuse.runtime`)."""
+    return runtime.load(path)

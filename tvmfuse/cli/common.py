@@ -1,0 +1,24 @@
+"""Arguments several subcommands share."""
+
+import argparse
+
+from ..specs import DYNAMIC_DIMS
+from ..targets import target_names
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "model",
+        help="a zoo name (resnet50, mobilenet_v2, bert-base, tiny-*), a .pt2 or .onnx file, "
+        "or package.module:factory",
+    )
+    parser.add_argument(
+        "--input-shape", action="append", default=[], metavar="SHAPE[:DTYPE]",
+        help="shape of one input, e.g. 1,3,224,224 or 1,128:int64; once per input, in order",
+    )
+    parser.add_argument(
+        "--dynamic", action="append", default=[], choices=sorted(DYNAMIC_DIMS),
+        help="keep this dimension symbolic (batch: axis 0 of every input)",
+    )
+    parser.add_argument("--target", default="avx512",
+                        help=f"one of {', '.join(target_names())} (default: avx512, this host)")

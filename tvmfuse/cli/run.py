@@ -1,0 +1,67 @@
+"""``tvmfuse run``: run a built library with the TVM runtime alone (no torch) and save its outputs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import TvmfuseError
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("run", help="run a built library on inputs from .npy/.npz files",
+                            description=__doc__)
+    parser.add_argument("build_dir", type=Path, metavar="DIR", help="a folder `tvmfuse build` wrote")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", action="append", type=Path, metavar="FILE",
+                        help="a .npy file per input in order, or one .npz holding them by name")
+    source.add_argument("--random", action="store_true",
+                        help="run on seeded random inputs (symbolic dimensions as 1)")
+    parser.add_argument("-o", "--output", type=Path, default=Path("outputs.npz"), metavar="FILE",
+                        help="where to write the outputs (.npz, by output name; default outputs.npz)")
+    parser.add_argument("--repeat", type=int, default=0, metavar="N",
+                        help="also time N runs after a warm-up and log the median")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from ..bench import measure  # noqa: PLC0415
+    from ..runtime import load  # noqa: PLC0415
+    from ..specs import random_inputs  # noqa: PLC0415
+
+    deployed = load(args.build_dir)
+    arrays = random_inputs(deployed.inputs) if args.random else _read_inputs(args.input, deployed)
+    outputs = deployed.run(arrays)
+    np.savez(args.output, **{spec.name: out for spec, out in zip(deployed.outputs, outputs)})
+    for spec, out in zip(deployed.outputs, outputs):
+        log.info("%s: shape %s, dtype %s", spec.name, tuple(out.shape), out.dtype)
+    log.info("wrote %s", args.output)
+    if args.repeat > 0:
+        (latency,) = measure({"tvmfuse": deployed.runner(arrays)}, repeat=args.repeat)
+        log.info("median %.3f ms over %d runs (min %.3f, max %.3f)", latency.median_ms,
+                 args.repeat, latency.min_ms, latency.max_ms)
+    return 0
+
+
+def _read_inputs(paths: list[Path], deployed) -> list[np.ndarray]:
+    for path in paths:
+        if not path.is_file():
+            raise TvmfuseError(f"input file {path} does not exist")
+    try:
+        if len(paths) == 1 and paths[0].suffix == ".npz":
+            with np.load(paths[0]) as archive:
+                missing = [s.name for s in deployed.inputs if s.name not in archive]
+                if missing:
+                    raise TvmfuseError(
+                        f"{paths[0]} has no array named {missing[0]!r} "
+                        f"(it holds: {', '.join(archive.files)})"
+                    )
+                return [archive[s.name] for s in deployed.inputs]
+        return [np.load(p, allow_pickle=False) for p in paths]
+    except (ValueError, OSError) as err:
+        raise TvmfuseError(f"cannot read inputs {', '.join(map(str, paths))}: {err}") from None

@@ -1,0 +1,303 @@
+"""Import a model into Relax: a zoo name, a ``package.module:factory``, a ``.pt2`` file or an ONNX
+file. PyTorch goes through ``torch.export``; ONNX through TVM's ONNX frontend.
+
+Every import also yields example inputs and a reference (PyTorch, or ONNX Runtime for ONNX files)
+that the verifier runs on them. Weights stay bound as constants so later passes can fold them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from . import zoo
+from .errors import TvmfuseError
+from .specs import DYNAMIC_DIMS, SEED, TensorSpec, format_shape, parse_shape, random_inputs
+
+log = logging.getLogger(__name__)
+
+Reference = Callable[..., list[np.ndarray]]
+
+
+@dataclass
+class ImportedModel:
+    """A model in Relax with what the build, the manifest and the verifier need to know of it."""
+
+    source: str
+    kind: str  # "zoo", "factory", "pt2" or "onnx"
+    mod: object  # tvm.IRModule; typed loosely to keep TVM out of the signature
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    example_inputs: list[np.ndarray]
+    reference: Reference | None
+    reference_name: str | None
+
+
+def import_model(
+    source: str, *, input_shapes: Sequence[str] = (), dynamic: Sequence[str] = ()
+) -> ImportedModel:
+    """Import ``source`` into Relax.
+
+    Parameters
+    ----------
+    source : str
+        A zoo name, a ``.pt2`` or ``.onnx`` path, or ``package.module:factory`` (also
+        ``path/to/file.py:factory``). A factory returns an ``nn.Module`` or ``(module, inputs)``.
+    input_shapes : sequence of str
+        One ``1,3,224,224[:dtype]`` per model input, overriding the example shapes.
+    dynamic : sequence of str
+        Dimensions kept symbolic in Relax; ``"batch"`` makes axis 0 of every input symbolic.
+    """
+    unknown = sorted(set(dynamic) - set(DYNAMIC_DIMS))
+    if unknown:
+        raise TvmfuseError(
+            f"unknown dynamic dimension {unknown[0]!r}; supported: {', '.join(DYNAMIC_DIMS)}"
+        )
+    overrides = [parse_shape(s) for s in input_shapes]
+    path = Path(source)
+    if path.suffix in (".pt2", ".onnx"):
+        if not path.is_file():
+            raise TvmfuseError(f"model file {source} does not exist")
+        if path.suffix == ".onnx":
+            return _import_onnx(path, overrides, dynamic)
+        return _import_pt2(path, overrides, dynamic)
+    if source in zoo.registry():
+        entry = zoo.get(source)
+        specs = _apply_overrides(source, entry.inputs, overrides)
+        return _import_torch(source, "zoo", entry.build(), specs, entry.value_ranges, dynamic)
+    if ":" in source:
+        module, specs = _call_factory(source)
+        specs = _apply_overrides(source, specs, overrides)
+        return _import_torch(source, "factory", module, specs, {}, dynamic)
+    return zoo.get(source)  # raises the unknown-model error, listing the zoo
+
+
+# --- PyTorch ---------------------------------------------------------------------------------
+
+
+def _call_factory(source: str):
+    import torch  # noqa: PLC0415
+
+    target, _, attr = source.rpartition(":")
+    try:
+        if target.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(Path(target).stem, target)
+            if spec is None or not Path(target).is_file():
+                raise ImportError(f"no file {target}")
+            pymod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(pymod)
+        else:
+            if "" not in sys.path:
+                sys.path.insert(0, "")
+            pymod = importlib.import_module(target)
+        factory = getattr(pymod, attr)
+    except (ImportError, AttributeError) as err:
+        raise TvmfuseError(f"cannot load model factory {source!r}: {err}") from None
+    torch.manual_seed(SEED)
+    made = factory()
+    module, examples = made if isinstance(made, tuple) else (made, None)
+    if not isinstance(module, torch.nn.Module):
+        raise TvmfuseError(
+            f"factory {source!r} returned {type(module).__name__}, not a torch.nn.Module"
+        )
+    names = list(inspect.signature(module.forward).parameters)
+    if examples is None:
+        specs = tuple(TensorSpec(n, (), "float32") for n in names)  # shapes must come from CLI
+    else:
+        examples = examples if isinstance(examples, (tuple, list)) else (examples,)
+        specs = tuple(
+            TensorSpec(n, tuple(t.shape), str(t.dtype).removeprefix("torch."))
+            for n, t in zip(names, examples)
+        )
+    return module.eval(), specs
+
+
+def _apply_overrides(source, specs, overrides) -> tuple[TensorSpec, ...]:
+    if not overrides:
+        if any(s.shape == () for s in specs):
+            raise TvmfuseError(
+                f"{source} gives no example inputs; pass --input-shape once per input"
+            )
+        return tuple(specs)
+    if len(overrides) != len(specs):
+        raise TvmfuseError(
+            f"{source} takes {len(specs)} input(s) ({', '.join(s.name for s in specs)}), "
+            f"but {len(overrides)} --input-shape were given"
+        )
+    return tuple(
+        replace(s, shape=shape, dtype=dtype or s.dtype) for s, (shape, dtype) in zip(specs, overrides)
+    )
+
+
+def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> ImportedModel:
+    import torch  # noqa: PLC0415
+
+    examples = random_inputs(specs, value_ranges)
+    args = tuple(torch.from_numpy(a) for a in examples)
+    dynamic_shapes = None
+    if "batch" in dynamic:
+        # torch.export specialises a dimension whose example is 1, so export at batch 2.
+        batch = torch.export.Dim("batch", min=1)
+        args = tuple(torch.cat([a, a]) if a.shape[0] == 1 else a for a in args)
+        dynamic_shapes = tuple({0: batch} for _ in args)
+        specs = tuple(replace(s, shape=("batch", *s.shape[1:])) for s in specs)
+    try:
+        with torch.no_grad():
+            program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
+    except Exception as err:  # noqa: BLE001 - torch raises many types; the user needs one line
+        shapes = ", ".join(f"{s.name}{format_shape(s.shape)}:{s.dtype}" for s in specs)
+        raise TvmfuseError(f"{source} cannot run on inputs {shapes}: {_first_line(err)}") from None
+
+    def reference(*arrays):
+        with torch.no_grad():
+            return _flatten_torch(module(*(torch.from_numpy(a) for a in arrays)))
+
+    return _from_exported(source, kind, program, specs, examples, reference)
+
+
+def _import_pt2(path: Path, overrides, dynamic) -> ImportedModel:
+    import torch  # noqa: PLC0415
+
+    if dynamic:
+        raise TvmfuseError(
+            f"{path} fixed its dynamic dimensions when it was exported; drop --dynamic"
+        )
+    try:
+        program = torch.export.load(str(path))
+    except Exception as err:  # noqa: BLE001
+        raise TvmfuseError(f"cannot load exported program {path}: {_first_line(err)}") from None
+    placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+    specs = []
+    for name in program.graph_signature.user_inputs:
+        val = placeholders[name].meta["val"]
+        shape = tuple(d if isinstance(d, int) else str(d) for d in val.shape)
+        specs.append(TensorSpec(name, shape, str(val.dtype).removeprefix("torch.")))
+    specs = _apply_overrides(str(path), specs, overrides) if overrides else tuple(specs)
+    examples = random_inputs(specs)
+    runnable = program.module()
+
+    def reference(*arrays):
+        with torch.no_grad():
+            return _flatten_torch(runnable(*(torch.from_numpy(a) for a in arrays)))
+
+    return _from_exported(str(path), "pt2", program, specs, examples, reference)
+
+
+def _flatten_torch(out) -> list[np.ndarray]:
+    from torch.utils import _pytree  # noqa: PLC0415
+
+    return [t.detach().numpy() for t in _pytree.tree_leaves(out)]
+
+
+def _from_exported(source, kind, program, specs, examples, reference) -> ImportedModel:
+    from tvm.relax.frontend.torch import from_exported_program  # noqa: PLC0415
+
+    try:
+        mod = from_exported_program(program)
+    except Exception as err:  # noqa: BLE001 - an unsupported op surfaces as many error types
+        raise TvmfuseError(f"TVM cannot import {source}: {_first_line(err)}") from None
+    return ImportedModel(
+        source, kind, mod, tuple(specs), _output_specs(mod, specs), examples, reference, "pytorch"
+    )
+
+
+# --- ONNX ------------------------------------------------------------------------------------
+
+
+def _import_onnx(path: Path, overrides, dynamic) -> ImportedModel:
+    try:
+        import onnx  # noqa: PLC0415
+    except ImportError:
+        raise TvmfuseError("ONNX import needs the 'onnx' extra: pip install 'tvmfuse[onnx]'") from None
+    from tvm.relax.frontend.onnx import from_onnx  # noqa: PLC0415
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as err:  # noqa: BLE001 - protobuf's decode errors
+        raise TvmfuseError(f"cannot read ONNX file {path}: {_first_line(err)}") from None
+    initializers = {i.name for i in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        ttype = value.type.tensor_type
+        dims = tuple(
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or f"{value.name}_{i}")
+            for i, d in enumerate(ttype.shape.dim)
+        )
+        dtype = str(onnx.helper.tensor_dtype_to_np_dtype(ttype.elem_type))
+        specs.append(TensorSpec(value.name, dims, dtype))
+    if overrides:
+        specs = _apply_overrides(str(path), specs, overrides)
+    if "batch" in dynamic:
+        specs = [replace(s, shape=("batch", *s.shape[1:])) for s in specs]
+    specs = tuple(specs)
+    try:
+        mod = from_onnx(
+            model,
+            shape_dict={s.name: list(s.shape) for s in specs},
+            dtype_dict={s.name: s.dtype for s in specs},
+        )
+    except Exception as err:  # noqa: BLE001
+        raise TvmfuseError(f"TVM cannot import {path}: {_first_line(err)}") from None
+    reference = _onnxruntime_reference(path)
+    return ImportedModel(
+        str(path), "onnx", mod, specs, _output_specs(mod, specs), random_inputs(specs),
+        reference, "onnxruntime" if reference else None,
+    )
+
+
+def _onnxruntime_reference(path: Path) -> Reference | None:
+    try:
+        import onnxruntime as ort  # noqa: PLC0415
+    except ImportError:
+        log.warning("onnxruntime is not installed: ONNX builds cannot be verified")
+        return None
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+
+    def reference(*arrays):
+        return list(session.run(None, dict(zip(names, arrays))))
+
+    return reference
+
+
+# --- shared ------------------------------------------------------------------------------------
+
+
+def _output_specs(mod, inputs) -> tuple[TensorSpec, ...]:
+    """Output specs from ``main``'s return type, naming symbolic dims as the inputs do."""
+    from tvm import relax  # noqa: PLC0415
+
+    main = mod["main"]
+    symbols = {}
+    for param, spec in zip(main.params, inputs):
+        for dim, want in zip(param.ty.shape.values, spec.shape):
+            if isinstance(want, str):
+                symbols[str(dim)] = want
+    ret = main.ret_ty
+    fields = ret.fields if isinstance(ret, relax.TupleType) else [ret]
+    return tuple(
+        TensorSpec(
+            f"output{i}",
+            tuple(
+                int(d) if hasattr(d, "value") else symbols.get(str(d), str(d))
+                for d in f.shape.values
+            ),
+            str(f.dtype),
+        )
+        for i, f in enumerate(fields)
+    )
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0][:300]

@@ -1,0 +1,98 @@
+"""The tvmfuse compilation pipeline: imported Relax in, a VM-ready module out.
+
+One function lists the phases in order. Each phase is a named pass, so the build can dump the IR
+after any of them (``--dump-ir``) and read the fusion groups after ``fuse_ops``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm
+from tvm import relax
+from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
+from tvm.relax.backend.cuda import pipeline as cuda_backend
+from tvm.s_tir import dlight as dl
+
+from .targets import TargetSpec
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    """What the caller decides about a build; travels from the CLI to the passes."""
+
+    #: A MetaSchedule JSON database (folder) whose records replace the default schedules.
+    database: Path | None = None
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    transform: tvm.transform.Pass
+
+
+def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
+    """The pipeline's phases for ``target``, in the order they run."""
+    tvm_target = target.tvm_target()
+    return [
+        # 1. Canonicalize: inference BatchNorm becomes arithmetic, and the `(out, mean, var)[0]`
+        #    tuple it leaves is folded away so fusion can see through it.
+        Phase("canonicalize", tvm.transform.Sequential([
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),
+        ])),
+        # 2. Legalize: every Relax op becomes a TIR PrimFunc; constant subgraphs are folded.
+        Phase("legalize", tvm.transform.Sequential([
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+        ])),
+        # 3. Group ops into kernels, then merge each group into one PrimFunc.
+        Phase("fuse_ops", relax.transform.FuseOps()),
+        Phase("fuse_tir", relax.transform.FuseTIR()),
+        # 4. Schedules: tuned records first, then the default rules for what is left.
+        Phase("schedule", tvm.transform.Sequential(
+            _apply_database(options.database) + _default_schedules(tvm_target)
+        )),
+        # 5. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
+        Phase("lower", tvm.transform.Sequential(
+            _backend(tvm_target).dataflow_lower_passes(tvm_target)
+            + _backend(tvm_target).finalize_passes(tvm_target)
+        )),
+    ]
+
+
+def _backend(target: tvm.target.Target):
+    # The backend modules themselves: 0.27's relax.pipeline dispatcher misses cpu_generic's.
+    return cuda_backend if target.kind.name == "cuda" else cpu_backend
+
+
+def _apply_database(database: Path | None) -> list[tvm.transform.Pass]:
+    if database is None:
+        return []
+    return [relax.transform.MetaScheduleApplyDatabase(str(database))]
+
+
+def _default_schedules(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    if target.kind.name == "cuda":
+        # GPU kernels must be bound to threads before they can build at all.
+        return [dl.ApplyDefaultSchedule(
+            dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+            dl.gpu.Fallback(),
+        )]
+    return []
+
+
+def run(mod: tvm.IRModule, target: TargetSpec, options: PipelineOptions, *, until: str | None = None,
+        on_phase=None) -> tvm.IRModule:
+    """Run the phases on ``mod`` (up to and including ``until``), calling
+    ``on_phase(name, mod)`` after each one."""
+    with target.tvm_target(), tvm.transform.PassContext(opt_level=3):
+        for phase in phases(target, options):
+            mod = phase.transform(mod)
+            if on_phase is not None:
+                on_phase(phase.name, mod)
+            if phase.name == until:
+                break
+    return mod

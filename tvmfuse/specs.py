@@ -1,0 +1,85 @@
+"""Tensor specs shared by the compiler and the runtime: names, shapes (symbolic dims as strings)
+and dtypes, as written in a build's ``manifest.json``. No torch or TVM imports here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import TvmfuseError
+
+#: Seed of every random weight and example input, so builds and references agree.
+SEED = 0
+
+#: The dynamic dimensions ``--dynamic`` understands: name -> axis of every input.
+DYNAMIC_DIMS = {"batch": 0}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One model input or output. A ``str`` dimension is symbolic (``"batch"``)."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> TensorSpec:
+        return cls(obj["name"], tuple(obj["shape"]), obj["dtype"])
+
+    def check(self, array: np.ndarray) -> None:
+        """Raise a TvmfuseError naming this input when ``array`` does not fit the spec."""
+        if str(array.dtype) != self.dtype:
+            raise TvmfuseError(
+                f"input {self.name!r} has dtype {array.dtype}, the model expects {self.dtype}"
+            )
+        fits = len(array.shape) == len(self.shape) and all(
+            isinstance(want, str) or want == got for want, got in zip(self.shape, array.shape)
+        )
+        if not fits:
+            raise TvmfuseError(
+                f"input {self.name!r} has shape {tuple(array.shape)}, the model expects "
+                f"{format_shape(self.shape)}"
+            )
+
+
+def format_shape(shape: tuple[int | str, ...]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
+
+
+def parse_shape(text: str) -> tuple[tuple[int, ...], str | None]:
+    """Parse ``--input-shape`` text: ``1,3,224,224`` or ``1,128:int64`` (shape, optional dtype)."""
+    dims, _, dtype = text.partition(":")
+    try:
+        shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        raise TvmfuseError(
+            f"cannot read input shape {text!r}; write it as 1,3,224,224 (optionally :dtype)"
+        ) from None
+    if not shape or any(d <= 0 for d in shape):
+        raise TvmfuseError(f"input shape {text!r} must list positive dimensions, e.g. 1,3,224,224")
+    if dtype:
+        try:
+            np.dtype(dtype)
+        except TypeError:
+            raise TvmfuseError(f"unknown dtype {dtype!r} in input shape {text!r}") from None
+    return shape, dtype or None
+
+
+def random_inputs(specs, value_ranges=None, seed: int = SEED) -> list[np.ndarray]:
+    """Seeded random inputs for ``specs`` (symbolic dims as 1); integers within ``value_ranges``."""
+    rng = np.random.default_rng(seed)
+    arrays = []
+    for spec in specs:
+        shape = tuple(1 if isinstance(d, str) else d for d in spec.shape)
+        low, high = (value_ranges or {}).get(spec.name, (0, 2))
+        if np.issubdtype(np.dtype(spec.dtype), np.floating) and spec.name not in (value_ranges or {}):
+            arrays.append(rng.standard_normal(shape).astype(spec.dtype))
+        else:
+            arrays.append(rng.integers(low, high, shape).astype(spec.dtype))
+    return arrays

@@ -1,0 +1,182 @@
+"""Named targets: each maps to a TVM target dict, a linker and a stable key for ``tuning_logs/``.
+
+The key names the folder of the target's tuning database, so it must change exactly when records
+stop being valid: it carries the CPU model for host targets, whose records depend on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import TvmfuseError
+
+#: Limits MetaSchedule needs spelled out for sm_90 (H100/H200); without them it refuses the target.
+_CUDA_SM90 = {
+    "kind": "cuda",
+    "arch": "sm_90",
+    "max_threads_per_block": 1024,
+    "max_shared_memory_per_block": 49152,
+    "thread_warp_size": 32,
+    "registers_per_block": 65536,
+}
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A named compilation target.
+
+    Attributes
+    ----------
+    name : str
+        What the user types (``--target avx512``).
+    key : str
+        Stable folder name of this target's tuning database under ``tuning_logs/``.
+    config : dict
+        The TVM target dict.
+    device : str
+        ``"cpu"`` or ``"cuda"``: where the built library runs.
+    arch : str
+        Machine architecture the library runs on (``uname -m`` spelling).
+    cross_cc : str or None
+        Cross linker for ``export_library``; None links with the host compiler.
+    cpu_flags : tuple of str
+        CPU features the library needs at run time (checked before running here).
+    """
+
+    name: str
+    key: str
+    config: dict[str, Any]
+    device: str
+    arch: str
+    description: str
+    cross_cc: str | None = None
+    cpu_flags: tuple[str, ...] = field(default=())
+
+    def tvm_target(self):
+        import tvm  # noqa: PLC0415 - keep `import tvmfuse` light
+
+        return tvm.target.Target(self.config)
+
+    def export(self, executable, path: str) -> None:
+        """Write ``executable`` as a shared library, cross-linking when the target needs it."""
+        if self.cross_cc is None:
+            executable.export_library(path)
+            return
+        if shutil.which(self.cross_cc) is None:
+            raise TvmfuseError(
+                f"target {self.name} links with {self.cross_cc}, which is not installed; "
+                f"install it (Debian: apt-get install g++-aarch64-linux-gnu, or `make sysdeps`)"
+            )
+        from tvm.support import cc  # noqa: PLC0415
+
+        executable.export_library(path, fcompile=cc.cross_compiler(self.cross_cc))
+
+    def why_not_runnable(self) -> str | None:
+        """Why a library for this target cannot run on this machine, or None when it can."""
+        if self.device == "cuda":
+            import tvm  # noqa: PLC0415
+
+            return None if tvm.cuda(0).exist else "this machine has no CUDA GPU"
+        if self.arch != platform.machine():
+            return f"it is built for {self.arch} and this machine is {platform.machine()}"
+        missing = [f for f in self.cpu_flags if f not in _host_cpu_flags()]
+        if missing:
+            return f"this CPU lacks {', '.join(missing)}"
+        return None
+
+
+@functools.cache
+def _host_cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _host_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _host_cpu() -> str:
+    from tvm.target import codegen  # noqa: PLC0415
+
+    return codegen.llvm_get_system_cpu()
+
+
+def _avx512() -> TargetSpec:
+    # On a host without AVX-512 the library still builds (for deployment elsewhere) for a
+    # generic AVX-512 core; it just cannot run here.
+    cpu = _host_cpu() if "avx512f" in _host_cpu_flags() else "skylake-avx512"
+    return TargetSpec(
+        name="avx512",
+        key=f"avx512-{cpu}",
+        config={"kind": "llvm", "mcpu": cpu, "num-cores": _host_cores()},
+        device="cpu",
+        arch="x86_64",
+        description=f"this host's x86-64 CPU with AVX-512 ({cpu}, {_host_cores()} cores)",
+        cpu_flags=("avx512f",),
+    )
+
+
+def _x86_64() -> TargetSpec:
+    return TargetSpec(
+        name="x86-64",
+        key="x86-64",
+        config={"kind": "llvm", "mcpu": "x86-64", "num-cores": _host_cores()},
+        device="cpu",
+        arch="x86_64",
+        description="any x86-64 CPU (SSE2 only)",
+    )
+
+
+def _arm64() -> TargetSpec:
+    return TargetSpec(
+        name="arm64",
+        key="arm64-neon",
+        config={"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]},
+        device="cpu",
+        arch="aarch64",
+        description="64-bit ARM Linux with NEON, cross-linked with aarch64-linux-gnu-g++",
+        cross_cc="aarch64-linux-gnu-g++",
+    )
+
+
+def _cuda_sm90() -> TargetSpec:
+    return TargetSpec(
+        name="cuda-sm90",
+        key="cuda-sm90",
+        config={**_CUDA_SM90, "host": {"kind": "llvm", "mcpu": "x86-64"}},
+        device="cuda",
+        arch="x86_64",
+        description="NVIDIA Hopper (H100/H200), CUDA source compiled when the library loads",
+    )
+
+
+_TARGETS = {"avx512": _avx512, "x86-64": _x86_64, "arm64": _arm64, "cuda-sm90": _cuda_sm90}
+
+
+def target_names() -> list[str]:
+    return list(_TARGETS)
+
+
+def get_target(name: str) -> TargetSpec:
+    """The named target, or a TvmfuseError listing the known names."""
+    try:
+        make = _TARGETS[name]
+    except KeyError:
+        raise TvmfuseError(
+            f"unknown target {name!r}; choose one of: {', '.join(_TARGETS)}"
+        ) from None
+    return make()
