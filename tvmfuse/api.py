@@ -130,9 +130,21 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
             f"{str(err).strip().splitlines()[-1]}"
         ) from err
     seconds = time.perf_counter() - start
+    if options.dump_ir is not None:
+        _dump_device_sources(executable, options.dump_ir)
     log.info("compiled to %d kernel launches (%d fusion groups) in %.1f s",
              len(analysis.kernels), len(analysis.groups), seconds)
     return Compiled(model, target, executable, analysis, database, seconds)
+
+
+def _dump_device_sources(executable, folder: Path) -> None:
+    """Write the generated device code (CUDA C for GPU targets) beside the IR dumps."""
+    pending = list(executable.mod.imports)
+    while pending:
+        module = pending.pop()
+        pending.extend(module.imports)
+        if module.kind == "cuda":
+            (folder / "kernels.cu").write_text(module.inspect_source())
 
 
 def build(compiled: Compiled, out_dir: str | Path) -> Path:
@@ -144,6 +156,7 @@ def build(compiled: Compiled, out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    staging.chmod(0o755)  # mkdtemp's 0700 would hide the build from other users
     try:
         compiled.target.export(compiled.executable, str(staging / runtime.LIBRARY))
         manifest = _manifest(compiled)

@@ -217,6 +217,7 @@ def _import_onnx(path: Path, overrides, dynamic) -> ImportedModel:
         import onnx  # noqa: PLC0415
     except ImportError:
         raise TvmfuseError("ONNX import needs the 'onnx' extra: pip install 'tvmfuse[onnx]'") from None
+    import tvm  # noqa: PLC0415
     from tvm.relax.frontend.onnx import from_onnx  # noqa: PLC0415
 
     try:
@@ -240,17 +241,24 @@ def _import_onnx(path: Path, overrides, dynamic) -> ImportedModel:
     if "batch" in dynamic:
         specs = [replace(s, shape=("batch", *s.shape[1:])) for s in specs]
     specs = tuple(specs)
+    symbols = {}  # one tirx.Var per symbolic name, shared by every input that uses it
+    shape_dict = {
+        s.name: [symbols.setdefault(d, tvm.tirx.Var(d, "int64")) if isinstance(d, str) else d
+                 for d in s.shape]
+        for s in specs
+    }
     try:
         mod = from_onnx(
             model,
-            shape_dict={s.name: list(s.shape) for s in specs},
+            shape_dict=shape_dict,
             dtype_dict={s.name: s.dtype for s in specs},
         )
     except Exception as err:  # noqa: BLE001
         raise TvmfuseError(f"TVM cannot import {path}: {_first_line(err)}") from None
     reference = _onnxruntime_reference(path)
     return ImportedModel(
-        str(path), "onnx", mod, specs, _output_specs(mod, specs), random_inputs(specs),
+        str(path), "onnx", mod, specs,
+        _output_specs(mod, specs, [o.name for o in model.graph.output]), random_inputs(specs),
         reference, "onnxruntime" if reference else None,
     )
 
@@ -273,8 +281,9 @@ def _onnxruntime_reference(path: Path) -> Reference | None:
 # --- shared ------------------------------------------------------------------------------------
 
 
-def _output_specs(mod, inputs) -> tuple[TensorSpec, ...]:
-    """Output specs from ``main``'s return type, naming symbolic dims as the inputs do."""
+def _output_specs(mod, inputs, names=()) -> tuple[TensorSpec, ...]:
+    """Output specs from ``main``'s return type, naming symbolic dims as the inputs do;
+    outputs are named ``names`` where given, else ``output0``, ``output1``, ..."""
     from tvm import relax  # noqa: PLC0415
 
     main = mod["main"]
@@ -287,7 +296,7 @@ def _output_specs(mod, inputs) -> tuple[TensorSpec, ...]:
     fields = ret.fields if isinstance(ret, relax.TupleType) else [ret]
     return tuple(
         TensorSpec(
-            f"output{i}",
+            names[i] if i < len(names) else f"output{i}",
             tuple(
                 int(d) if hasattr(d, "value") else symbols.get(str(d), str(d))
                 for d in f.shape.values
