@@ -7,6 +7,7 @@ that the verifier runs on them. Weights stay bound as constants so later passes 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -150,7 +151,7 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> Importe
         dynamic_shapes = tuple({0: batch} for _ in args)
         specs = tuple(replace(s, shape=("batch", *s.shape[1:])) for s in specs)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _quiet_torch():
             program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
     except Exception as err:  # noqa: BLE001 - torch raises many types; the user needs one line
         shapes = ", ".join(f"{s.name}{format_shape(s.shape)}:{s.dtype}" for s in specs)
@@ -305,6 +306,18 @@ def _output_specs(mod, inputs, names=()) -> tuple[TensorSpec, ...]:
         )
         for i, f in enumerate(fields)
     )
+
+
+@contextlib.contextmanager
+def _quiet_torch():
+    """Silence torch's own error logging (a traceback per failed trace); we report one line."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _first_line(err: BaseException) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ def add_parser(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    _without_torch()
     from ..bench import measure  # noqa: PLC0415
     from ..runtime import load  # noqa: PLC0415
     from ..specs import random_inputs  # noqa: PLC0415
@@ -46,6 +48,17 @@ def handle(args: argparse.Namespace) -> int:
         log.info("median %.3f ms over %d runs (min %.3f, max %.3f)", latency.median_ms,
                  args.repeat, latency.min_ms, latency.max_ms)
     return 0
+
+
+def _without_torch() -> None:
+    """Make this process deploy as a device without PyTorch would.
+
+    tvm_ffi imports torch whenever it is installed (for DLPack interop this path never uses);
+    a ``None`` entry in ``sys.modules`` turns that import into the ImportError it tolerates.
+    Only the CLI does this: the process is ours, so nothing else wants torch later.
+    """
+    if "torch" not in sys.modules:
+        sys.modules["torch"] = None
 
 
 def _read_inputs(paths: list[Path], deployed) -> list[np.ndarray]:

@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny models built once per session, and a way to run the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def build_tiny(tmp_path_factory):
+    """Build a zoo/tiny model once per (model, target, dynamic) and return (imported, folder)."""
+    from tvmfuse import api
+
+    cache = {}
+
+    def build(source: str, target: str = "avx512", dynamic: tuple[str, ...] = (), **options):
+        key = (source, target, dynamic, tuple(sorted(options.items())))
+        if key not in cache:
+            model = api.import_model(source, dynamic=dynamic)
+            folder = tmp_path_factory.mktemp("build")
+            compiled = api.compile_model(model, api.get_target(target), api.BuildOptions(**options))
+            cache[key] = (model, api.build(compiled, folder / "out"))
+        return cache[key]
+
+    return build
+
+
+def run_cli(*args: str, cwd: Path | None = None, code: str | None = None):
+    """Run ``tvmfuse ARGS`` in a fresh interpreter; return the CompletedProcess (text)."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, "-m", "tvmfuse", *args] if code is None else [sys.executable, "-c", code]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or REPO, env=env, timeout=600)

@@ -1,0 +1,156 @@
+"""End to end: import -> pipeline -> library + manifest -> load with the runtime -> verify."""
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from tvmfuse import TvmfuseError, api
+from tvmfuse.verify import verify
+
+
+def _manifest(folder):
+    return json.loads((folder / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("source", ["tiny-resnet", "tiny-mobilenet", "tiny-transformer"])
+def test_tiny_models_build_and_match_pytorch(build_tiny, source):
+    model, folder = build_tiny(source)
+    checks = verify(api.load(folder), model)
+    assert checks and all(c.rel_err <= 1e-4 for c in checks)
+    manifest = _manifest(folder)
+    assert manifest["model"] == {"source": source, "kind": "zoo"}
+    assert manifest["target"]["name"] == "avx512"
+    assert manifest["inputs"] == [s.to_json() for s in model.inputs]
+    assert manifest["tvm_version"].startswith("0.27")
+    assert manifest["kernels"] >= len(manifest["fusion_groups"]) > 0
+    assert (folder / manifest["library"]).is_file()
+
+
+def test_conv_bn_relu_is_one_kernel(build_tiny):
+    _, folder = build_tiny("tiny-resnet")
+    groups = [tuple(g["ops"]) for g in _manifest(folder)["fusion_groups"]]
+    # The stem: conv, the four decomposed BN ops, then ReLU, in one group.
+    assert ("conv2d", "subtract", "divide", "multiply", "add", "relu") in groups
+
+
+def test_dynamic_batch_runs_at_any_batch(build_tiny):
+    model, folder = build_tiny("tiny-resnet", dynamic=("batch",))
+    assert _manifest(folder)["inputs"][0]["shape"] == ["batch", 3, 32, 32]
+    deployed = api.load(folder)
+    assert {c.batch for c in verify(deployed, model)} == {1, 2}
+    x = np.random.default_rng(1).standard_normal((3, 3, 32, 32)).astype("float32")
+    (out,) = deployed.run([x])
+    (ref,) = model.reference(x)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_file_builds_and_matches_onnxruntime(tmp_path):
+    from tvmfuse import zoo
+
+    module = zoo.get("tiny-mobilenet").build()
+    path = tmp_path / "mbconv.onnx"
+    torch.onnx.export(module, (torch.randn(1, 3, 32, 32),), str(path), dynamo=False,
+                      input_names=["image"], output_names=["logits"],
+                      dynamic_axes={"image": {0: "batch"}})
+    model = api.import_model(str(path))
+    assert model.inputs[0].shape == ("batch", 3, 32, 32)
+    assert model.reference_name == "onnxruntime"
+    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    folder = api.build(compiled, tmp_path / "out")
+    checks = verify(api.load(folder), model)
+    assert [c.name for c in checks] == ["logits", "logits"]
+
+
+def test_pt2_file_builds_and_matches_pytorch(tmp_path):
+    from tvmfuse import zoo
+
+    module = zoo.get("tiny-transformer").build()
+    args = (torch.randn(1, 16, 64), torch.ones(1, 16))
+    path = tmp_path / "layer.pt2"
+    torch.export.save(torch.export.export(module, args), str(path))
+    model = api.import_model(str(path))
+    assert model.kind == "pt2"
+    assert [s.name for s in model.inputs] == ["x", "mask"]
+    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    verify(api.load(api.build(compiled, tmp_path / "out")), model)
+
+
+def test_arm64_cross_build_is_an_aarch64_elf(build_tiny):
+    if shutil.which("aarch64-linux-gnu-g++") is None:
+        pytest.skip("aarch64-linux-gnu-g++ missing: `make sysdeps` installs it")
+    _, folder = build_tiny("tiny-resnet", target="arm64")
+    header = (folder / "model.so").read_bytes()[:20]
+    assert header[:4] == b"\x7fELF"
+    assert int.from_bytes(header[18:20], "little") == 183  # e_machine EM_AARCH64
+    with pytest.raises(TvmfuseError, match="cannot run here: it is built for aarch64"):
+        api.load(folder)
+
+
+def test_cuda_sm90_build_generates_cuda_that_nvcc_compiles(tmp_path):
+    model = api.import_model("tiny-resnet")
+    dump = tmp_path / "ir"
+    compiled = api.compile_model(model, api.get_target("cuda-sm90"),
+                                 api.BuildOptions(dump_ir=dump))
+    folder = api.build(compiled, tmp_path / "out")
+    assert _manifest(folder)["target"]["config"]["arch"] == "sm_90"
+    source = (dump / "kernels.cu").read_text()
+    assert "__global__" in source and "threadIdx.x" in source
+    assert sorted(p.name for p in dump.glob("0*.py"))[0] == "00_import.py"
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed: CUDA source generated but not compiled")
+    result = subprocess.run(
+        ["nvcc", "-arch=sm_90", "-c", "-w", str(dump / "kernels.cu"), "-o", str(tmp_path / "k.o")],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_verify_names_the_output_that_differs(build_tiny):
+    model, folder = build_tiny("tiny-transformer")
+    reference = model.reference
+    try:
+        model.reference = lambda *a: [r * 1.01 for r in reference(*a)]
+        with pytest.raises(TvmfuseError, match=r"output output0 \(batch 1\) differs from pytorch: "
+                                               r"relative L2 error 9\.9\d*e-03 > tolerance 1e-04"):
+            verify(api.load(folder), model)
+    finally:
+        model.reference = reference
+
+
+def test_failed_build_leaves_the_previous_build_untouched(build_tiny, tmp_path, monkeypatch):
+    model, _ = build_tiny("tiny-resnet")
+    target = api.get_target("avx512")
+    compiled = api.compile_model(model, target, api.BuildOptions())
+    folder = api.build(compiled, tmp_path / "out")
+    before = (folder / "manifest.json").read_bytes()
+
+    def broken_export(self, executable, path):
+        open(path, "wb").write(b"half")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(type(target), "export", broken_export)
+    with pytest.raises(OSError, match="disk full"):
+        api.build(compiled, folder)
+    assert (folder / "manifest.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging left behind
+
+
+def test_build_refuses_to_replace_a_folder_that_is_not_a_build(build_tiny, tmp_path):
+    model, _ = build_tiny("tiny-resnet")
+    precious = tmp_path / "notes"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("mine")
+    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    with pytest.raises(TvmfuseError, match="is not a tvmfuse build"):
+        api.build(compiled, precious)
+    assert (precious / "keep.txt").read_text() == "mine"
+
+
+def test_database_folder_without_records_is_an_error(tmp_path):
+    model = api.import_model("tiny-resnet")
+    with pytest.raises(TvmfuseError, match="is not a tuning database"):
+        api.compile_model(model, api.get_target("avx512"), api.BuildOptions(database=tmp_path))

@@ -1,0 +1,99 @@
+"""The command line: help everywhere, one-line errors, and a run path that never imports torch."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import run_cli
+
+
+def _one_error_line(result, pattern: str) -> str:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "ERROR" in lines[0] and pattern in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [[], ["build"], ["run"], ["inspect"]])
+def test_help(command):
+    result = run_cli(*command, "--help")
+    assert result.returncode == 0
+    assert "usage: tvmfuse" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["build", "resnet51", "-o", "x"], "unknown model 'resnet51'"),
+        (["build", "tiny-resnet", "--target", "sparc", "-o", "x"], "unknown target 'sparc'"),
+        (["build", "tiny-resnet", "--input-shape", "1,4,32,32", "-o", "x"],
+         "cannot run on inputs x(1, 4, 32, 32)"),
+        (["build", "tiny-resnet", "--input-shape", "1,3,32,32:int64", "-o", "x"],
+         "cannot run on inputs x(1, 3, 32, 32):int64"),
+        (["build", "missing.onnx", "-o", "x"], "model file missing.onnx does not exist"),
+        (["run", "no-such-build", "--random"], "no-such-build is not a tvmfuse build"),
+    ],
+)
+def test_bad_input_is_one_error_line(tmp_path, args, message):
+    _one_error_line(run_cli(*args, cwd=tmp_path), message)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cli") / "tiny"
+    result = run_cli("build", "tiny-resnet", "-o", str(folder), "--verify")
+    assert result.returncode == 0, result.stderr
+    assert "verified 1 output(s) against pytorch" in result.stderr
+    return folder
+
+
+def test_run_uses_the_runtime_alone_and_writes_outputs(built, tmp_path):
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "y.npz"
+    code = (
+        "import sys\n"
+        "from tvmfuse.cli import main\n"
+        f"rc = main(['run', {str(built)!r}, '--input', {str(tmp_path / 'x.npy')!r}, "
+        f"'-o', {str(out)!r}, '--repeat', '2'])\n"
+        "assert rc == 0, rc\n"
+        "loaded = [m for m, v in sys.modules.items() if m.split('.')[0] == 'torch' and v]\n"
+        "assert not loaded, f'tvmfuse run imported {loaded[:3]}'\n"
+    )
+    result = run_cli(code=code)
+    assert result.returncode == 0, result.stderr
+    assert "median" in result.stderr
+    with np.load(out) as outputs:
+        assert outputs["output0"].shape == (1, 10)
+
+    from tvmfuse import zoo
+    import torch
+
+    with torch.no_grad():
+        ref = zoo.get("tiny-resnet").build()(torch.from_numpy(x)).numpy()
+    with np.load(out) as outputs:
+        np.testing.assert_allclose(outputs["output0"], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_run_rejects_wrong_shape_and_dtype(built, tmp_path):
+    np.save(tmp_path / "bad_shape.npy", np.zeros((1, 3, 16, 16), "float32"))
+    np.save(tmp_path / "bad_dtype.npy", np.zeros((1, 3, 32, 32), "float64"))
+    _one_error_line(run_cli("run", str(built), "--input", str(tmp_path / "bad_shape.npy")),
+                    "input 'x' has shape (1, 3, 16, 16), the model expects (1, 3, 32, 32)")
+    _one_error_line(run_cli("run", str(built), "--input", str(tmp_path / "bad_dtype.npy")),
+                    "input 'x' has dtype float64, the model expects float32")
+    _one_error_line(run_cli("run", str(built), "--input", str(tmp_path / "none.npy")),
+                    "does not exist")
+
+
+def test_inspect_json_lists_kernels_and_groups():
+    result = run_cli("inspect", "tiny-resnet", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["kernels"] == 7
+    assert ["conv2d", "subtract", "divide", "multiply", "add", "relu"] in [
+        g["ops"] for g in report["groups"]
+    ]

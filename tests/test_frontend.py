@@ -1,0 +1,141 @@
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from tvm import relax, tirx
+
+from tvmfuse import TvmfuseError, zoo
+from tvmfuse.frontend import import_model
+from tvmfuse.specs import TensorSpec, parse_shape, random_inputs
+
+
+def test_parse_shape():
+    assert parse_shape("1,3,224,224") == ((1, 3, 224, 224), None)
+    assert parse_shape("1x128:int64") == ((1, 128), "int64")
+    for bad in ("", "1,a", "1,-3", "1,2:float99"):
+        with pytest.raises(TvmfuseError):
+            parse_shape(bad)
+
+
+def test_tensor_spec_check_accepts_symbolic_dims_and_names_the_input():
+    spec = TensorSpec("x", ("batch", 3), "float32")
+    spec.check(np.zeros((5, 3), "float32"))
+    with pytest.raises(TvmfuseError, match=r"input 'x' has shape \(5, 4\).*\(batch, 3\)"):
+        spec.check(np.zeros((5, 4), "float32"))
+    with pytest.raises(TvmfuseError, match="input 'x' has dtype float64"):
+        spec.check(np.zeros((5, 3)))
+
+
+def test_random_inputs_are_seeded_and_respect_integer_ranges():
+    specs = [TensorSpec("ids", (2, 64), "int64"), TensorSpec("x", ("batch", 4), "float32")]
+    a, b = random_inputs(specs, {"ids": (0, 7)}), random_inputs(specs, {"ids": (0, 7)})
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert a[0].min() >= 0 and a[0].max() < 7 and a[0].dtype == np.int64
+    assert a[1].shape == (1, 4)
+
+
+def test_zoo_models_build_offline_and_deterministically(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for name in ("tiny-resnet", "tiny-mobilenet", "tiny-transformer", "mobilenet_v2"):
+        entry = zoo.get(name)
+        first, second = entry.build(), entry.build()
+        w1, w2 = next(iter(first.state_dict().values())), next(iter(second.state_dict().values()))
+        assert torch.equal(w1, w2), name
+        for bn in (m for m in first.modules() if isinstance(m, torch.nn.BatchNorm2d)):
+            assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))
+
+
+def test_unknown_model_lists_the_zoo():
+    with pytest.raises(TvmfuseError, match="unknown model 'resnet51'.*resnet50.*bert-base"):
+        import_model("resnet51")
+
+
+def test_zoo_import_yields_relax_with_specs_and_reference():
+    model = import_model("tiny-resnet")
+    assert isinstance(model.mod["main"], relax.Function)
+    assert model.inputs == (TensorSpec("x", (1, 3, 32, 32), "float32"),)
+    assert model.outputs == (TensorSpec("output0", (1, 10), "float32"),)
+    (ref,) = model.reference(*model.example_inputs)
+    assert ref.shape == (1, 10)
+
+
+def test_dynamic_batch_stays_symbolic_in_relax():
+    model = import_model("tiny-transformer", dynamic=["batch"])
+    params = model.mod["main"].params
+    for param in params:
+        assert isinstance(param.ty.shape.values[0], tirx.Var)
+    assert params[0].ty.shape.values[0].same_as(params[1].ty.shape.values[0])
+    assert [s.shape[0] for s in model.inputs] == ["batch", "batch"]
+    assert model.outputs[0].shape == ("batch", 16, 64)
+
+
+def test_unknown_dynamic_dim_is_an_error():
+    with pytest.raises(TvmfuseError, match="unknown dynamic dimension 'seq'"):
+        import_model("tiny-resnet", dynamic=["seq"])
+
+
+def test_wrong_input_shape_is_one_clear_error():
+    with pytest.raises(TvmfuseError, match=r"tiny-resnet cannot run on inputs x\(1, 4, 32, 32\)"):
+        import_model("tiny-resnet", input_shapes=["1,4,32,32"])
+    with pytest.raises(TvmfuseError, match="takes 1 input"):
+        import_model("tiny-resnet", input_shapes=["1,3,32,32", "1,3"])
+
+
+def _write_factory(tmp_path, body: str):
+    path = tmp_path / "mymodels.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_factory_from_file_with_example_inputs(tmp_path):
+    path = _write_factory(tmp_path, """
+        import torch
+
+        class Gate(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(8, 8)
+
+            def forward(self, tokens):
+                return torch.sigmoid(self.fc(tokens)) * tokens
+
+        def make():
+            return Gate(), (torch.randn(2, 8),)
+    """)
+    model = import_model(f"{path}:make")
+    assert model.kind == "factory"
+    assert model.inputs == (TensorSpec("tokens", (2, 8), "float32"),)
+    resized = import_model(f"{path}:make", input_shapes=["3,8"])
+    assert resized.example_inputs[0].shape == (3, 8)
+
+
+def test_factory_from_package_module_needs_shapes_without_examples(tmp_path, monkeypatch):
+    _write_factory(tmp_path, """
+        import torch
+
+        def make():
+            return torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.ReLU())
+    """)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TvmfuseError, match="no example inputs; pass --input-shape"):
+        import_model("mymodels:make")
+    model = import_model("mymodels:make", input_shapes=["5,4"])
+    assert model.outputs[0].shape == (5, 2)
+
+
+def test_factory_that_cannot_load_is_one_clear_error():
+    with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
+        import_model("no_such_pkg.models:make")
+
+
+def test_missing_model_file_is_an_error(tmp_path):
+    with pytest.raises(TvmfuseError, match="does not exist"):
+        import_model(str(tmp_path / "missing.onnx"))
+
+
+def test_corrupt_onnx_file_is_an_error(tmp_path):
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(b"\x00not a protobuf at all")
+    with pytest.raises(TvmfuseError, match="cannot read ONNX file"):
+        import_model(str(path))

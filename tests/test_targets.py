@@ -1,0 +1,47 @@
+import re
+
+import pytest
+import tvm
+
+from tvmfuse import TvmfuseError
+from tvmfuse.targets import get_target, target_names
+
+
+def test_every_named_target_is_a_valid_tvm_target_with_a_stable_key():
+    keys = set()
+    for name in target_names():
+        spec = get_target(name)
+        target = spec.tvm_target()
+        assert isinstance(target, tvm.target.Target)
+        assert re.fullmatch(r"[a-z0-9][a-z0-9._-]*", spec.key), spec.key
+        assert spec.key == get_target(name).key  # stable across calls
+        keys.add(spec.key)
+    assert len(keys) == len(target_names())
+
+
+def test_avx512_describes_this_host():
+    spec = get_target("avx512")
+    assert spec.config["kind"] == "llvm"
+    assert spec.config["num-cores"] >= 1
+    assert spec.key == f"avx512-{spec.config['mcpu']}"
+    assert "avx512f" in spec.cpu_flags
+
+
+def test_arm64_is_a_cross_target():
+    spec = get_target("arm64")
+    assert spec.config["mtriple"] == "aarch64-linux-gnu"
+    assert spec.cross_cc == "aarch64-linux-gnu-g++"
+    assert spec.why_not_runnable()  # this x86-64 machine cannot run it
+
+
+def test_cuda_target_spells_out_metaschedule_limits():
+    target = get_target("cuda-sm90").tvm_target()
+    assert target.kind.name == "cuda"
+    assert target.arch == "sm_90"
+    assert int(target.attrs["max_threads_per_block"]) == 1024
+    assert target.host.kind.name == "llvm"
+
+
+def test_unknown_target_names_the_choices():
+    with pytest.raises(TvmfuseError, match="unknown target 'riscv'.*avx512"):
+        get_target("riscv")
