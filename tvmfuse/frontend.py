@@ -195,7 +195,7 @@ def _import_pt2(path: Path, overrides, dynamic) -> ImportedModel:
 def _flatten_torch(out) -> list[np.ndarray]:
     from torch.utils import _pytree  # noqa: PLC0415
 
-    return [t.detach().numpy() for t in _pytree.tree_leaves(out)]
+    return [t.detach().cpu().numpy() for t in _pytree.tree_leaves(out)]
 
 
 def _from_exported(source, kind, program, specs, examples, reference) -> ImportedModel:

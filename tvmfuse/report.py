@@ -62,3 +62,16 @@ def _op_names(func: relax.Function) -> list[str]:
 
 def _is_op(expr, *names: str) -> bool:
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in names
+
+
+def stock_kernel_calls(mod: tvm.IRModule, target: tvm.target.Target) -> list[str]:
+    """The kernels stock ``tvm.compile`` launches for ``mod``: on CPU it legalizes and fuses
+    nothing (see relax/vm_build.py); on CUDA it runs the backend's FuseOps and dlight."""
+    from tvm.relax.backend.cuda import pipeline as cuda_backend  # noqa: PLC0415
+
+    if target.kind.name == "cuda":
+        passes = tvm.transform.Sequential(cuda_backend.legalize_passes(target))
+    else:
+        passes = relax.transform.LegalizeOps()
+    with target:
+        return kernel_calls(passes(mod))

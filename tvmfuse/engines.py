@@ -1,0 +1,199 @@
+"""The engines `tvmfuse bench` compares, each prepared on the same model and inputs.
+
+An engine is a blocking zero-argument callable for timing plus what it cost to prepare. A peer that
+cannot be prepared here (no onnxruntime, an export that fails) raises :class:`Unavailable` and is
+skipped with one log line.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import TvmfuseError
+from .frontend import ImportedModel
+from .targets import TargetSpec
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("tvmfuse", "stock-tvm", "torch-eager", "torch-compile", "torch-compile-freezing",
+           "onnxruntime")
+
+
+class Unavailable(Exception):
+    """This engine cannot run here; the message says why."""
+
+
+@dataclass
+class Engine:
+    name: str
+    run: Callable[[], object]  # one blocking inference on the bench inputs
+    outputs: Callable[[], list[np.ndarray]]  # one inference, outputs as numpy (for the error)
+    setup_seconds: float
+    kernels: int | None = None
+
+
+@dataclass
+class BenchContext:
+    model: ImportedModel
+    target: TargetSpec
+    inputs: list[np.ndarray]
+    threads: int
+    build_options: object  # api.BuildOptions
+    torch_module: object | None  # the nn.Module for PyTorch engines, None for ONNX sources
+    onnx_path: Path | None  # the ONNX file for ONNX sources
+
+
+def prepare(name: str, ctx: BenchContext) -> Engine:
+    """Prepare engine ``name`` (one of ENGINES); raises Unavailable when it cannot run here."""
+    start = time.perf_counter()
+    engine = _PREPARE[name](ctx)
+    engine.setup_seconds = time.perf_counter() - start
+    return engine
+
+
+# --- TVM ---------------------------------------------------------------------------------------
+
+
+def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -> Engine:
+    import tvm  # noqa: PLC0415
+    from tvm import relax  # noqa: PLC0415
+
+    from .runtime import _flatten  # noqa: PLC0415
+
+    device = tvm.cuda(0) if ctx.target.device == "cuda" else tvm.cpu(0)
+    vm = relax.VirtualMachine(executable, device)
+    args = [tvm.runtime.tensor(a, device) for a in ctx.inputs]
+    main = vm["main"]
+
+    def run():
+        main(*args)
+        device.sync()
+
+    return Engine(name, run, lambda: [t.numpy() for t in _flatten(main(*args))], 0.0, kernels)
+
+
+def _tvmfuse(ctx: BenchContext) -> Engine:
+    from . import api  # noqa: PLC0415
+
+    compiled = api.compile_model(ctx.model, ctx.target, ctx.build_options)
+    return _tvm_engine("tvmfuse", compiled.executable, ctx, len(compiled.analysis.kernels))
+
+
+def _stock_tvm(ctx: BenchContext) -> Engine:
+    """TVM's own default build of the same Relax module: `tvm.compile` and nothing else."""
+    import tvm  # noqa: PLC0415
+
+    from .report import stock_kernel_calls  # noqa: PLC0415
+
+    target = ctx.target.tvm_target()
+    executable = tvm.compile(ctx.model.mod, target=target)
+    return _tvm_engine("stock-tvm", executable, ctx, len(stock_kernel_calls(ctx.model.mod, target)))
+
+
+# --- PyTorch -----------------------------------------------------------------------------------
+
+
+def _torch_engine(name: str, fn, ctx: BenchContext) -> Engine:
+    import torch  # noqa: PLC0415
+
+    from .frontend import _flatten_torch  # noqa: PLC0415
+
+    if ctx.torch_module is None:
+        raise Unavailable(f"{ctx.model.source} is not a PyTorch model")
+    cuda = ctx.target.device == "cuda"
+    args = tuple(torch.from_numpy(a).to("cuda" if cuda else "cpu") for a in ctx.inputs)
+
+    def run():
+        with torch.inference_mode():
+            out = fn(*args)
+        if cuda:
+            torch.cuda.synchronize()
+        return out
+
+    run()  # compiled engines compile on their first call: count it as setup
+    return Engine(name, run, lambda: _flatten_torch(run()), 0.0)
+
+
+def _torch_eager(ctx: BenchContext) -> Engine:
+    return _torch_engine("torch-eager", ctx.torch_module, ctx)
+
+
+def _torch_compile(ctx: BenchContext) -> Engine:
+    import torch  # noqa: PLC0415
+
+    return _torch_engine("torch-compile", torch.compile(copy.deepcopy(ctx.torch_module)), ctx)
+
+
+def _torch_compile_freezing(ctx: BenchContext) -> Engine:
+    import torch  # noqa: PLC0415
+
+    # Freezing folds weights into the graph as constants: the fastest Inductor variant on CPU.
+    compiled = torch.compile(copy.deepcopy(ctx.torch_module), options={"freezing": True})
+    return _torch_engine("torch-compile-freezing", compiled, ctx)
+
+
+# --- ONNX Runtime ------------------------------------------------------------------------------
+
+
+def _onnxruntime(ctx: BenchContext) -> Engine:
+    try:
+        import onnxruntime as ort  # noqa: PLC0415
+    except ImportError:
+        raise Unavailable("onnxruntime is not installed (pip install 'tvmfuse[onnx]')") from None
+    path = ctx.onnx_path or _export_onnx(ctx)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = ctx.threads
+    options.inter_op_num_threads = 1
+    providers = ["CPUExecutionProvider"]
+    if ctx.target.device == "cuda":
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise Unavailable("this onnxruntime has no CUDA execution provider")
+        providers.insert(0, "CUDAExecutionProvider")
+    session = ort.InferenceSession(str(path), options, providers=providers)
+    feed = {i.name: a for i, a in zip(session.get_inputs(), ctx.inputs)}
+
+    def outputs():
+        return list(session.run(None, feed))
+
+    return Engine("onnxruntime", outputs, outputs, 0.0)
+
+
+def _export_onnx(ctx: BenchContext) -> Path:
+    import torch  # noqa: PLC0415
+
+    if ctx.torch_module is None:
+        raise Unavailable("no PyTorch module to export")
+    path = Path(tempfile.mkdtemp(prefix="tvmfuse-bench-")) / "model.onnx"
+    try:
+        torch.onnx.export(ctx.torch_module, tuple(torch.from_numpy(a) for a in ctx.inputs),
+                          str(path), dynamo=False, opset_version=17,
+                          input_names=[s.name for s in ctx.model.inputs])
+    except Exception as err:  # noqa: BLE001 - the exporter raises many types
+        raise Unavailable(f"torch.onnx.export failed: {str(err).splitlines()[0][:200]}") from None
+    return path
+
+
+_PREPARE = {
+    "tvmfuse": _tvmfuse,
+    "stock-tvm": _stock_tvm,
+    "torch-eager": _torch_eager,
+    "torch-compile": _torch_compile,
+    "torch-compile-freezing": _torch_compile_freezing,
+    "onnxruntime": _onnxruntime,
+}
+
+
+def check_names(names: list[str]) -> list[str]:
+    unknown = [n for n in names if n not in ENGINES]
+    if unknown:
+        raise TvmfuseError(f"unknown engine {unknown[0]!r}; choose from: {', '.join(ENGINES)}")
+    return names
