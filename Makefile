@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,onnx,models]'
+	$(BIN)/python -m pip install -q -e '.[test,onnx,models,bench]'
 	touch $(STAMP)
 
 # The aarch64 cross linker for the arm64 target (Debian's package; needs root or sudo).

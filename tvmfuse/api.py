@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, env, pipeline, runtime
+from . import bench as bench_
 from .errors import TvmfuseError
-from .frontend import ImportedModel, import_model
+from .frontend import ImportedModel, count_flops, import_model
 from .report import FusionGroup, fusion_groups, kernel_calls
 from .targets import TargetSpec, get_target
 
@@ -209,6 +210,59 @@ def _database_json(database: Path | None) -> dict | None:
     for name in DATABASE_FILES:
         digest.update((database / name).read_bytes())
     return {"path": str(database), "sha256": digest.hexdigest()}
+
+
+def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, options: BuildOptions,
+          threads: int, repeat: int, max_seconds: float, peak: bool) -> bench_.Report:
+    """Time ``engines`` side by side on ``model``'s example inputs; see :mod:`tvmfuse.bench`.
+
+    Every engine's outputs are compared with the reference (PyTorch eager, or ONNX Runtime for an
+    ONNX file), and engines that cannot run here are skipped with the reason in the report.
+    """
+    import torch  # noqa: PLC0415
+
+    from . import engines as engines_  # noqa: PLC0415
+    from .verify import relative_error  # noqa: PLC0415
+
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # read when TVM's pool starts
+    torch.set_num_threads(threads)
+    ctx = engines_.BenchContext(
+        model=model, target=target, inputs=model.example_inputs, threads=threads,
+        build_options=options, torch_module=model.torch_module,
+        onnx_path=Path(model.source) if model.kind == "onnx" else None,
+    )
+    if target.device == "cuda" and ctx.torch_module is not None:
+        ctx.torch_module = ctx.torch_module.to("cuda")
+    report = bench_.Report(
+        model=model.source, target=target.name, threads=threads,
+        batch=next((d for d in model.inputs[0].shape[:1] if isinstance(d, int)), None),
+        dtype=model.inputs[0].dtype, flops=count_flops(model),
+        peak_gflops=bench_.measure_peak_gflops(threads) if peak else None,
+    )
+    prepared = {}
+    for name in engines:
+        log.info("preparing %s", name)
+        try:
+            prepared[name] = engines_.prepare(name, ctx)
+        except engines_.Unavailable as why:
+            log.warning("skipping %s: %s", name, why)
+            report.skipped[name] = str(why)
+    if not prepared:
+        raise TvmfuseError("no engine could be prepared; see the warnings above")
+    references = model.reference(*model.example_inputs)
+    log.info("timing %s in interleaved rounds", ", ".join(prepared))
+    latencies = bench_.measure({n: e.run for n, e in prepared.items()}, repeat=repeat,
+                               warmup=2, max_seconds=max_seconds)
+    for latency in latencies:
+        engine = prepared[latency.engine]
+        errors = [relative_error(o, r) for o, r in zip(engine.outputs(), references)]
+        report.results.append(bench_.Result(
+            latency.engine, latency.median_ms, latency.min_ms, latency.max_ms,
+            len(latency.times_ms), round(engine.setup_seconds, 2), max(errors, default=None),
+            engine.kernels,
+        ))
+    report.finish()
+    return report
 
 
 def load(path: str | Path) -> runtime.Deployed:

@@ -1,11 +1,19 @@
-"""Latency measurement: engines timed in interleaved rounds (A B A B ...) so drift hits all alike."""
+"""Latency measurement and the `tvmfuse bench` report.
+
+Engines run in interleaved rounds (A B C A B C ...) so that drift on a noisy machine hits all of
+them alike. Each engine is warmed up first; a slow engine stops after ``max_seconds`` of timed
+runs (but never before three runs, nor after ``repeat``); the others go on to ``repeat``.
+"""
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+MIN_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -25,23 +33,88 @@ class Latency:
     def max_ms(self) -> float:
         return max(self.times_ms)
 
-    def to_json(self) -> dict:
-        return {"engine": self.engine, "median_ms": self.median_ms, "min_ms": self.min_ms,
-                "max_ms": self.max_ms, "runs": len(self.times_ms)}
 
-
-def measure(engines: dict[str, Callable[[], object]], *, repeat: int, warmup: int = 1) -> list[Latency]:
-    """Time each zero-argument callable ``repeat`` times, one call per engine per round.
-
-    Each callable must block until its result is ready.
-    """
-    for run in engines.values():
+def measure(engines: dict[str, Callable[[], object]], *, repeat: int, warmup: int = 1,
+            max_seconds: float = math.inf) -> list[Latency]:
+    """Time each zero-argument blocking callable in interleaved rounds; see the module doc."""
+    runs = {}
+    for name, run in engines.items():
+        start = time.perf_counter()
         for _ in range(warmup):
             run()
+        per_run = (time.perf_counter() - start) / max(warmup, 1)
+        affordable = max_seconds / per_run if per_run > 0 else math.inf
+        runs[name] = repeat if affordable >= repeat else min(repeat, max(MIN_RUNS, int(affordable)))
     times: dict[str, list[float]] = {name: [] for name in engines}
-    for _ in range(repeat):
+    for round_ in range(max(runs.values())):
         for name, run in engines.items():
-            start = time.perf_counter()
-            run()
-            times[name].append((time.perf_counter() - start) * 1e3)
+            if round_ < runs[name]:
+                start = time.perf_counter()
+                run()
+                times[name].append((time.perf_counter() - start) * 1e3)
     return [Latency(name, tuple(t)) for name, t in times.items()]
+
+
+@dataclass
+class Result:
+    """One engine's line in the report (the JSON schema of ``results``)."""
+
+    engine: str
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    runs: int
+    setup_s: float
+    rel_err: float | None
+    kernels: int | None
+    ratio_to_best_peer: float | None = None
+    gflops: float | None = None
+    fraction_of_peak: float | None = None
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Report:
+    model: str
+    target: str
+    threads: int
+    batch: int | None
+    dtype: str
+    flops: float | None
+    peak_gflops: float | None
+    results: list[Result] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    command: str = ""
+
+    def finish(self) -> None:
+        """Fill in the ratios to the best peer (every engine but tvmfuse) and GFLOP/s."""
+        peers = [r.median_ms for r in self.results if r.engine != "tvmfuse"]
+        best = min(peers) if peers else None
+        for r in self.results:
+            r.ratio_to_best_peer = r.median_ms / best if best else None
+            if self.flops:
+                r.gflops = self.flops / r.median_ms / 1e6
+                if self.peak_gflops:
+                    r.fraction_of_peak = r.gflops / self.peak_gflops
+
+    def to_json(self) -> dict:
+        data = {k: v for k, v in self.__dict__.items() if k != "results"}
+        data["results"] = [r.to_json() for r in self.results]
+        return data
+
+
+def measure_peak_gflops(threads: int, size: int = 2048, repeat: int = 5) -> float:
+    """The machine's practical fp32 FMA peak: the best of ``repeat`` large PyTorch sgemms."""
+    import torch  # noqa: PLC0415
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = math.inf
+    for _ in range(repeat):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9

@@ -40,10 +40,12 @@ class ImportedModel:
     example_inputs: list[np.ndarray]
     reference: Reference | None
     reference_name: str | None
+    torch_module: object | None = None  # the nn.Module behind a PyTorch import
 
 
 def import_model(
-    source: str, *, input_shapes: Sequence[str] = (), dynamic: Sequence[str] = ()
+    source: str, *, input_shapes: Sequence[str] = (), dynamic: Sequence[str] = (),
+    batch: int | None = None,
 ) -> ImportedModel:
     """Import ``source`` into Relax.
 
@@ -56,6 +58,8 @@ def import_model(
         One ``1,3,224,224[:dtype]`` per model input, overriding the example shapes.
     dynamic : sequence of str
         Dimensions kept symbolic in Relax; ``"batch"`` makes axis 0 of every input symbolic.
+    batch : int, optional
+        Example batch size: axis 0 of every input (after ``input_shapes``).
     """
     unknown = sorted(set(dynamic) - set(DYNAMIC_DIMS))
     if unknown:
@@ -63,20 +67,22 @@ def import_model(
             f"unknown dynamic dimension {unknown[0]!r}; supported: {', '.join(DYNAMIC_DIMS)}"
         )
     overrides = [parse_shape(s) for s in input_shapes]
+    if batch is not None and batch < 1:
+        raise TvmfuseError(f"batch must be at least 1, not {batch}")
     path = Path(source)
     if path.suffix in (".pt2", ".onnx"):
         if not path.is_file():
             raise TvmfuseError(f"model file {source} does not exist")
         if path.suffix == ".onnx":
-            return _import_onnx(path, overrides, dynamic)
-        return _import_pt2(path, overrides, dynamic)
+            return _import_onnx(path, overrides, dynamic, batch)
+        return _import_pt2(path, overrides, dynamic, batch)
     if source in zoo.registry():
         entry = zoo.get(source)
-        specs = _apply_overrides(source, entry.inputs, overrides)
+        specs = _with_batch(_apply_overrides(source, entry.inputs, overrides), batch)
         return _import_torch(source, "zoo", entry.build(), specs, entry.value_ranges, dynamic)
     if ":" in source:
         module, specs = _call_factory(source)
-        specs = _apply_overrides(source, specs, overrides)
+        specs = _with_batch(_apply_overrides(source, specs, overrides), batch)
         return _import_torch(source, "factory", module, specs, {}, dynamic)
     return zoo.get(source)  # raises the unknown-model error, listing the zoo
 
@@ -138,6 +144,14 @@ def _apply_overrides(source, specs, overrides) -> tuple[TensorSpec, ...]:
     )
 
 
+def _with_batch(specs, batch: int | None) -> tuple[TensorSpec, ...]:
+    if batch is None:
+        return tuple(specs)
+    if any(not s.shape for s in specs):
+        raise TvmfuseError("batch needs every input to have at least one dimension")
+    return tuple(replace(s, shape=(batch, *s.shape[1:])) for s in specs)
+
+
 def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> ImportedModel:
     import torch  # noqa: PLC0415
 
@@ -161,10 +175,10 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> Importe
         with torch.no_grad():
             return _flatten_torch(module(*(torch.from_numpy(a) for a in arrays)))
 
-    return _from_exported(source, kind, program, specs, examples, reference)
+    return _from_exported(source, kind, program, specs, examples, reference, module)
 
 
-def _import_pt2(path: Path, overrides, dynamic) -> ImportedModel:
+def _import_pt2(path: Path, overrides, dynamic, batch) -> ImportedModel:
     import torch  # noqa: PLC0415
 
     if dynamic:
@@ -182,6 +196,7 @@ def _import_pt2(path: Path, overrides, dynamic) -> ImportedModel:
         shape = tuple(d if isinstance(d, int) else str(d) for d in val.shape)
         specs.append(TensorSpec(name, shape, str(val.dtype).removeprefix("torch.")))
     specs = _apply_overrides(str(path), specs, overrides) if overrides else tuple(specs)
+    specs = _with_batch(specs, batch)
     examples = random_inputs(specs)
     runnable = program.module()
 
@@ -189,7 +204,7 @@ def _import_pt2(path: Path, overrides, dynamic) -> ImportedModel:
         with torch.no_grad():
             return _flatten_torch(runnable(*(torch.from_numpy(a) for a in arrays)))
 
-    return _from_exported(str(path), "pt2", program, specs, examples, reference)
+    return _from_exported(str(path), "pt2", program, specs, examples, reference, runnable)
 
 
 def _flatten_torch(out) -> list[np.ndarray]:
@@ -198,7 +213,7 @@ def _flatten_torch(out) -> list[np.ndarray]:
     return [t.detach().cpu().numpy() for t in _pytree.tree_leaves(out)]
 
 
-def _from_exported(source, kind, program, specs, examples, reference) -> ImportedModel:
+def _from_exported(source, kind, program, specs, examples, reference, module) -> ImportedModel:
     from tvm.relax.frontend.torch import from_exported_program  # noqa: PLC0415
 
     try:
@@ -206,14 +221,29 @@ def _from_exported(source, kind, program, specs, examples, reference) -> Importe
     except Exception as err:  # noqa: BLE001 - an unsupported op surfaces as many error types
         raise TvmfuseError(f"TVM cannot import {source}: {_first_line(err)}") from None
     return ImportedModel(
-        source, kind, mod, tuple(specs), _output_specs(mod, specs), examples, reference, "pytorch"
+        source, kind, mod, tuple(specs), _output_specs(mod, specs), examples, reference, "pytorch",
+        module,
     )
+
+
+def count_flops(model: ImportedModel) -> float | None:
+    """Floating-point operations of one inference (an FMA counts 2), counted by PyTorch's
+    FlopCounterMode on the example inputs; None for models without a PyTorch module."""
+    if model.torch_module is None:
+        return None
+    import torch  # noqa: PLC0415
+    from torch.utils.flop_counter import FlopCounterMode  # noqa: PLC0415
+
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model.torch_module(*(torch.from_numpy(a) for a in model.example_inputs))
+    return float(counter.get_total_flops()) or None
 
 
 # --- ONNX ------------------------------------------------------------------------------------
 
 
-def _import_onnx(path: Path, overrides, dynamic) -> ImportedModel:
+def _import_onnx(path: Path, overrides, dynamic, batch) -> ImportedModel:
     try:
         import onnx  # noqa: PLC0415
     except ImportError:
@@ -239,6 +269,7 @@ def _import_onnx(path: Path, overrides, dynamic) -> ImportedModel:
         specs.append(TensorSpec(value.name, dims, dtype))
     if overrides:
         specs = _apply_overrides(str(path), specs, overrides)
+    specs = list(_with_batch(specs, batch))
     if "batch" in dynamic:
         specs = [replace(s, shape=("batch", *s.shape[1:])) for s in specs]
     specs = tuple(specs)

@@ -9,9 +9,9 @@ import warnings
 
 from .. import __version__, env
 from ..errors import TvmfuseError
-from . import build, inspect, run
+from . import bench, build, inspect, run
 
-SUBCOMMANDS = (build, run, inspect)
+SUBCOMMANDS = (build, run, inspect, bench)
 
 log = logging.getLogger("tvmfuse")
 

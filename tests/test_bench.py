@@ -1,0 +1,103 @@
+"""The bench harness on a tiny model: statistics, interleaving, skipping, the JSON schema.
+No assertion here is about how fast anything is."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import run_cli
+from tvmfuse import TvmfuseError, api, bench
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_measure_interleaves_and_computes_statistics(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(bench.time, "perf_counter", clock)
+    order = []
+    costs = {"a": iter([0.5] + [0.001, 0.003, 0.002, 0.010]), "b": iter([0.5] + [0.004] * 4)}
+
+    def engine(name):
+        def run():
+            order.append(name)
+            clock.now += next(costs[name])
+        return run
+
+    a, b = bench.measure({"a": engine("a"), "b": engine("b")}, repeat=4)
+    assert order == ["a", "b"] + ["a", "b"] * 4  # warm-up each, then interleaved rounds
+    assert a.times_ms == pytest.approx((1.0, 3.0, 2.0, 10.0))
+    assert (a.median_ms, a.min_ms, a.max_ms) == pytest.approx((2.5, 1.0, 10.0))
+    assert b.median_ms == pytest.approx(4.0)
+
+
+def test_measure_caps_slow_engines_but_runs_them_at_least_three_times(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(bench.time, "perf_counter", clock)
+
+    def engine(seconds):
+        def run():
+            clock.now += seconds
+        return run
+
+    fast, slow = bench.measure({"fast": engine(0.01), "slow": engine(5.0)}, repeat=10,
+                               max_seconds=2.0)
+    assert len(fast.times_ms) == 10
+    assert len(slow.times_ms) == bench.MIN_RUNS
+
+
+def test_report_ratios_compare_with_the_best_peer_not_tvmfuse():
+    report = bench.Report("m", "avx512", 2, 1, "float32", flops=2e9, peak_gflops=100.0)
+    for engine, ms in (("tvmfuse", 10.0), ("torch-eager", 40.0), ("onnxruntime", 20.0)):
+        report.results.append(bench.Result(engine, ms, ms, ms, 3, 0.0, 0.0, None))
+    report.finish()
+    ratios = {r.engine: r.ratio_to_best_peer for r in report.results}
+    assert ratios == {"tvmfuse": 0.5, "torch-eager": 2.0, "onnxruntime": 1.0}
+    tvmfuse = report.results[0]
+    assert tvmfuse.gflops == pytest.approx(200.0)
+    assert tvmfuse.fraction_of_peak == pytest.approx(2.0)
+
+
+def test_bench_skips_a_missing_engine_and_checks_every_output(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
+    model = api.import_model("tiny-mobilenet")
+    report = api.bench(model, api.get_target("avx512"),
+                       ["tvmfuse", "stock-tvm", "torch-eager", "onnxruntime"],
+                       options=api.BuildOptions(), threads=1, repeat=3, max_seconds=5, peak=False)
+    assert set(report.skipped) == {"onnxruntime"}
+    assert "not installed" in report.skipped["onnxruntime"]
+    by_engine = {r.engine: r for r in report.results}
+    assert set(by_engine) == {"tvmfuse", "stock-tvm", "torch-eager"}
+    for r in report.results:
+        assert r.runs == 3 and r.min_ms <= r.median_ms <= r.max_ms
+        assert r.rel_err is not None and r.rel_err <= 1e-4
+    assert by_engine["tvmfuse"].kernels < by_engine["stock-tvm"].kernels
+    assert report.flops > 0
+
+
+def test_unknown_engine_is_an_error():
+    from tvmfuse.engines import check_names
+
+    with pytest.raises(TvmfuseError, match="unknown engine 'tensorrt'"):
+        check_names(["tvmfuse", "tensorrt"])
+
+
+def test_bench_cli_writes_json_and_png(tmp_path):
+    out, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    result = run_cli("bench", "tiny-resnet", "--engines", "tvmfuse,torch-eager,onnxruntime",
+                     "--repeat", "3", "--threads", "1", "--json", str(out), "--plot", str(png))
+    assert result.returncode == 0, result.stderr
+    assert "tiny-resnet on avx512" in result.stdout
+    report = json.loads(out.read_text())
+    assert report["command"].startswith("tvmfuse bench tiny-resnet")
+    assert {r["engine"] for r in report["results"]} == {"tvmfuse", "torch-eager", "onnxruntime"}
+    for r in report["results"]:
+        assert {"engine", "median_ms", "min_ms", "max_ms", "rel_err"} <= set(r)
+        assert r["rel_err"] <= 1e-4
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,138 @@
+"""``tvmfuse bench``: latency of tvmfuse next to stock TVM, PyTorch (eager, torch.compile, with
+freezing) and ONNX Runtime, in one process, on identical inputs, in interleaved rounds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from ..errors import TvmfuseError
+from .common import add_model_arguments
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"fp32": "float32"}
+
+
+def add_parser(sub) -> None:
+    from ..engines import ENGINES  # noqa: PLC0415
+
+    parser = sub.add_parser("bench", help="time tvmfuse against PyTorch, ONNX Runtime and stock TVM",
+                            description=__doc__)
+    add_model_arguments(parser)
+    parser.add_argument("--batch", type=int, metavar="N", help="batch size (axis 0 of every input)")
+    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
+                        help="precision of every engine (default fp32)")
+    parser.add_argument("--engines", default=",".join(ENGINES), metavar="LIST",
+                        help=f"comma-separated engines (default: all of {','.join(ENGINES)})")
+    parser.add_argument("--repeat", type=int, default=20, metavar="N",
+                        help="timed runs per engine (default 20)")
+    parser.add_argument("--max-seconds", type=float, default=60.0, metavar="S",
+                        help="stop timing a slow engine after S seconds, but not before 3 runs "
+                             "(default 60)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="threads for every engine (default: the target's num-cores)")
+    db = parser.add_mutually_exclusive_group()
+    db.add_argument("--db", type=Path, metavar="DIR", help="tuning database for the TVM engines")
+    db.add_argument("--no-db", action="store_true", help="measure without any tuning database")
+    parser.add_argument("--peak", action="store_true",
+                        help="measure the machine's fp32 FMA peak and report each engine's share")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
+    parser.add_argument("--plot", type=Path, metavar="OUT.png", help="write a bar chart")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from .. import api  # noqa: PLC0415
+    from ..engines import check_names  # noqa: PLC0415
+
+    engines = check_names([e.strip() for e in args.engines.split(",") if e.strip()])
+    if args.repeat < 1:
+        raise TvmfuseError("--repeat must be at least 1")
+    if args.plot is not None:
+        _require_matplotlib()
+    target = api.get_target(args.target)
+    reason = target.why_not_runnable()
+    if reason:
+        raise TvmfuseError(f"cannot benchmark {target.name} here: {reason}")
+    threads = args.threads or target.config.get("num-cores") or 1
+    model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic,
+                             batch=args.batch)
+    report = api.bench(
+        model, target, engines,
+        options=api.BuildOptions(database=args.db, use_database=not args.no_db),
+        threads=threads, repeat=args.repeat, max_seconds=args.max_seconds, peak=args.peak,
+    )
+    report.command = "tvmfuse " + shlex.join(sys.argv[1:])
+    _print_table(report)
+    if args.json:
+        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+        log.info("wrote %s", args.json)
+    if args.plot:
+        _plot(report, args.plot)
+        log.info("wrote %s", args.plot)
+    return 0
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401, PLC0415
+    except ImportError:
+        raise TvmfuseError("--plot needs matplotlib: pip install 'tvmfuse[bench]'") from None
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _print_table(report) -> None:
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    peak = f", peak {report.peak_gflops:.0f} GFLOP/s" if report.peak_gflops else ""
+    table = Table(title=f"{report.model} on {report.target}, {report.threads} threads, "
+                        f"{report.dtype}{peak}")
+    columns = ["engine", "median ms", "min ms", "max ms", "runs", "vs best peer", "GFLOP/s",
+               "of peak", "setup s", "rel err", "kernels"]
+    for column in columns:
+        table.add_column(column, justify="left" if column == "engine" else "right")
+    for r in sorted(report.results, key=lambda r: r.median_ms):
+        table.add_row(
+            r.engine, f"{r.median_ms:.2f}", f"{r.min_ms:.2f}", f"{r.max_ms:.2f}", str(r.runs),
+            _fmt(r.ratio_to_best_peer, ".2f") + ("x" if r.ratio_to_best_peer else ""),
+            _fmt(r.gflops, ".1f"), _fmt(r.fraction_of_peak, ".0%"), f"{r.setup_s:.1f}",
+            _fmt(r.rel_err, ".1e"), _fmt(r.kernels, "d"),
+        )
+    console = Console()
+    console.width = max(console.width, 132)  # a pipe reports 80 columns; the table needs more
+    console.print(table)
+    for name, why in report.skipped.items():
+        log.info("skipped %s: %s", name, why)
+
+
+def _plot(report, path: Path) -> None:
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    results = sorted(report.results, key=lambda r: r.median_ms)
+    names = [r.engine for r in results]
+    medians = [r.median_ms for r in results]
+    errors = [[r.median_ms - r.min_ms for r in results], [r.max_ms - r.median_ms for r in results]]
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(results) + 1.5))
+    colors = ["tab:orange" if n == "tvmfuse" else "tab:blue" for n in names]
+    ax.barh(names, medians, xerr=errors, color=colors, capsize=3)
+    ax.set_xscale("log" if max(medians) / min(medians) > 20 else "linear")
+    ax.invert_yaxis()
+    ax.set_xlabel("latency, ms (median; bars span min to max)")
+    ax.set_title(f"{report.model} on {report.target}, {report.threads} threads, {report.dtype}")
+    for y, r in enumerate(results):
+        ax.text(r.max_ms, y, f"  {r.median_ms:.1f}", va="center")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
