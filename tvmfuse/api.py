@@ -231,13 +231,18 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
         build_options=options, torch_module=model.torch_module,
         onnx_path=Path(model.source) if model.kind == "onnx" else None,
     )
+    references = model.reference(*model.example_inputs)
+    flops = count_flops(model)
     if target.device == "cuda" and ctx.torch_module is not None:
+        # Strict fp32 on both sides: cuDNN and cuBLAS would otherwise use TF32.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
         ctx.torch_module = ctx.torch_module.to("cuda")
     report = bench_.Report(
         model=model.source, target=target.name, threads=threads,
         batch=next((d for d in model.inputs[0].shape[:1] if isinstance(d, int)), None),
-        dtype=model.inputs[0].dtype, flops=count_flops(model),
-        peak_gflops=bench_.measure_peak_gflops(threads) if peak else None,
+        dtype=model.inputs[0].dtype, flops=flops,
+        peak_gflops=bench_.measure_peak_gflops(threads, target.device) if peak else None,
     )
     prepared = {}
     for name in engines:
@@ -249,7 +254,6 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
             report.skipped[name] = str(why)
     if not prepared:
         raise TvmfuseError("no engine could be prepared; see the warnings above")
-    references = model.reference(*model.example_inputs)
     log.info("timing %s in interleaved rounds", ", ".join(prepared))
     latencies = bench_.measure({n: e.run for n, e in prepared.items()}, repeat=repeat,
                                warmup=2, max_seconds=max_seconds)

@@ -148,16 +148,16 @@ def _onnxruntime(ctx: BenchContext) -> Engine:
         import onnxruntime as ort  # noqa: PLC0415
     except ImportError:
         raise Unavailable("onnxruntime is not installed (pip install 'tvmfuse[onnx]')") from None
-    path = ctx.onnx_path or _export_onnx(ctx)
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = ctx.threads
-    options.inter_op_num_threads = 1
     providers = ["CPUExecutionProvider"]
     if ctx.target.device == "cuda":
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             raise Unavailable("this onnxruntime has no CUDA execution provider")
         providers.insert(0, "CUDAExecutionProvider")
+    path = ctx.onnx_path or _export_onnx(ctx)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = ctx.threads
+    options.inter_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=providers)
     feed = {i.name: a for i, a in zip(session.get_inputs(), ctx.inputs)}
 
@@ -174,7 +174,8 @@ def _export_onnx(ctx: BenchContext) -> Path:
         raise Unavailable("no PyTorch module to export")
     path = Path(tempfile.mkdtemp(prefix="tvmfuse-bench-")) / "model.onnx"
     try:
-        torch.onnx.export(ctx.torch_module, tuple(torch.from_numpy(a) for a in ctx.inputs),
+        device = next(ctx.torch_module.parameters()).device
+        torch.onnx.export(ctx.torch_module, tuple(torch.from_numpy(a).to(device) for a in ctx.inputs),
                           str(path), dynamo=False, opset_version=17,
                           input_names=[s.name for s in ctx.model.inputs])
     except Exception as err:  # noqa: BLE001 - the exporter raises many types
