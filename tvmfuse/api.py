@@ -213,7 +213,8 @@ def _database_json(database: Path | None) -> dict | None:
 
 
 def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, options: BuildOptions,
-          threads: int, repeat: int, max_seconds: float, peak: bool) -> bench_.Report:
+          threads: int, repeat: int, max_seconds: float, peak: bool,
+          dtype: str = "float32") -> bench_.Report:
     """Time ``engines`` side by side on ``model``'s example inputs; see :mod:`tvmfuse.bench`.
 
     Every engine's outputs are compared with the reference (PyTorch eager, or ONNX Runtime for an
@@ -241,7 +242,7 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
     report = bench_.Report(
         model=model.source, target=target.name, threads=threads,
         batch=next((d for d in model.inputs[0].shape[:1] if isinstance(d, int)), None),
-        dtype=model.inputs[0].dtype, flops=flops,
+        dtype=dtype, flops=flops,
         peak_gflops=bench_.measure_peak_gflops(threads, target.device) if peak else None,
     )
     prepared = {}

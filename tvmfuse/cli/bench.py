@@ -59,13 +59,14 @@ def handle(args: argparse.Namespace) -> int:
     reason = target.why_not_runnable()
     if reason:
         raise TvmfuseError(f"cannot benchmark {target.name} here: {reason}")
-    threads = args.threads or target.config.get("num-cores") or 1
+    threads = args.threads or target.config.get("num-cores") or 1  # CPU threads (TVM host, torch)
     model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic,
                              batch=args.batch)
     report = api.bench(
         model, target, engines,
         options=api.BuildOptions(database=args.db, use_database=not args.no_db),
         threads=threads, repeat=args.repeat, max_seconds=args.max_seconds, peak=args.peak,
+        dtype=DTYPES[args.dtype],
     )
     report.command = "tvmfuse " + shlex.join(sys.argv[1:])
     _print_table(report)
