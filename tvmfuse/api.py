@@ -17,14 +17,15 @@ from . import __version__, env, pipeline, runtime
 from . import bench as bench_
 from .errors import TvmfuseError
 from .frontend import ImportedModel, count_flops, import_model
-from .report import FusionGroup, fusion_groups, kernel_calls
+from .report import FusionGroup, Summary, fusion_groups, kernel_calls, summarize
+from .rules import load_rules
 from .targets import TargetSpec, get_target
 
 log = logging.getLogger(__name__)
 
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
-__all__ = ["Analysis", "BuildOptions", "Compiled", "analyze", "build", "compile_model", "default_database", "get_target",
+__all__ = ["Analysis", "BuildOptions", "Compiled", "analyze", "benefit", "build", "compile_model", "default_database", "get_target",
            "import_model", "load"]
 
 
@@ -34,11 +35,13 @@ class BuildOptions:
 
     ``database`` is a MetaSchedule JSON database folder; ``None`` takes the target's folder under
     ``tuning_logs/`` when it holds records, and ``use_database=False`` applies none at all.
+    ``fusion_rules`` is a rules file over the shipped defaults (see :mod:`tvmfuse.rules`).
     """
 
     database: Path | None = None
     use_database: bool = True
     dump_ir: Path | None = None
+    fusion_rules: Path | None = None
 
 
 @dataclass
@@ -48,6 +51,7 @@ class Analysis:
     kernels: list[str]
     groups: list[FusionGroup]
     phase_seconds: dict[str, float]
+    summary: Summary | None = None
 
 
 @dataclass
@@ -90,6 +94,7 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
             analysis.groups.extend(fusion_groups(mod))
         elif name == "fuse_tir":
             analysis.kernels.extend(kernel_calls(mod))
+            analysis.summary = summarize(mod)
         if options.dump_ir is not None:
             index = len(analysis.phase_seconds)
             (options.dump_ir / f"{index:02d}_{name}.py").write_text(mod.script(show_meta=False))
@@ -97,10 +102,29 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
     if options.dump_ir is not None:
         options.dump_ir.mkdir(parents=True, exist_ok=True)
         (options.dump_ir / "00_import.py").write_text(model.mod.script(show_meta=False))
-    database = _database(target, options)
-    mod = pipeline.run(model.mod, target, pipeline.PipelineOptions(database),
+    rules = load_rules(target.rules_section, options.fusion_rules)
+    mod = pipeline.run(model.mod, target, pipeline.PipelineOptions(rules, _database(target, options)),
                        until=until, on_phase=on_phase)
     return mod, analysis
+
+
+def benefit(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> dict:
+    """Kernels and bytes moved for three pipelines side by side (every op its own kernel, TVM's
+    stock FuseOps, tvmfuse) and tvmfuse's fusion groups: what ``tvmfuse inspect`` reports."""
+    from . import report  # noqa: PLC0415
+
+    tvm_target = target.tvm_target()
+    _, analysis = analyze(model, target, options)
+    return {
+        "model": model.source,
+        "target": target.name,
+        "pipelines": {
+            "unfused": report.summarize(report.unfused(model.mod, tvm_target)).to_json(),
+            "stock": report.summarize(report.stock_fused(model.mod, tvm_target)).to_json(),
+            "tvmfuse": analysis.summary.to_json(),
+        },
+        "groups": [g.to_json() for g in analysis.groups],
+    }
 
 
 def _database(target: TargetSpec, options: BuildOptions) -> Path | None:

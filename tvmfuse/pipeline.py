@@ -15,6 +15,9 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 from tvm.s_tir import dlight as dl
 
+from .passes import FoldBatchNorm, FoldMatmulReshape
+from .patterns import fusion_patterns
+from .rules import Rule
 from .targets import TargetSpec
 
 
@@ -22,6 +25,8 @@ from .targets import TargetSpec
 class PipelineOptions:
     """What the caller decides about a build; travels from the CLI to the passes."""
 
+    #: The fusion rules for the target (see :mod:`tvmfuse.rules`).
+    rules: dict[str, Rule]
     #: A MetaSchedule JSON database (folder) whose records replace the default schedules.
     database: Path | None = None
 
@@ -35,32 +40,48 @@ class Phase:
 def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
     """The pipeline's phases for ``target``, in the order they run."""
     tvm_target = target.tvm_target()
+    rules = options.rules
     return [
-        # 1. Canonicalize: inference BatchNorm becomes arithmetic, and the `(out, mean, var)[0]`
+        # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers.
+        Phase("fold", tvm.transform.Sequential([
+            relax.transform.FoldConstant(),
+            _if(rules["fold_batch_norm"].enabled, FoldBatchNorm()),
+            _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
+        ])),
+        # 2. Canonicalize: what BatchNorm is left becomes arithmetic, and the `(out, mean, var)[0]`
         #    tuple it leaves is folded away so fusion can see through it.
         Phase("canonicalize", tvm.transform.Sequential([
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
         ])),
-        # 2. Legalize: every Relax op becomes a TIR PrimFunc; constant subgraphs are folded.
+        # 3. tvmfuse's pattern rules group ops into kernels (conv/matmul epilogues, add+LayerNorm).
+        Phase("fuse_patterns", relax.transform.FuseOpsByPattern(
+            fusion_patterns(rules), bind_constants=False
+        )),
+        # 4. Legalize: every Relax op becomes a TIR PrimFunc; constant subgraphs are folded.
         Phase("legalize", tvm.transform.Sequential([
             relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(),
         ])),
-        # 3. Group ops into kernels, then merge each group into one PrimFunc.
-        Phase("fuse_ops", relax.transform.FuseOps()),
+        # 5. TVM's FuseOps groups what the patterns left (elementwise chains, reductions), then
+        #    each group becomes one PrimFunc.
+        Phase("fuse_ops", _if(rules["elementwise"].enabled, relax.transform.FuseOps())),
         Phase("fuse_tir", relax.transform.FuseTIR()),
-        # 4. Schedules: tuned records first, then the default rules for what is left.
+        # 6. Schedules: tuned records first, then the default rules for what is left.
         Phase("schedule", tvm.transform.Sequential(
             _apply_database(options.database) + _default_schedules(tvm_target)
         )),
-        # 5. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
+        # 7. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
         Phase("lower", tvm.transform.Sequential(
             _backend(tvm_target).dataflow_lower_passes(tvm_target)
             + _backend(tvm_target).finalize_passes(tvm_target)
         )),
     ]
+
+
+def _if(condition: bool, transform: tvm.transform.Pass) -> tvm.transform.Pass:
+    return transform if condition else tvm.transform.Sequential([])
 
 
 def _backend(target: tvm.target.Target):
@@ -88,7 +109,9 @@ def run(mod: tvm.IRModule, target: TargetSpec, options: PipelineOptions, *, unti
         on_phase=None) -> tvm.IRModule:
     """Run the phases on ``mod`` (up to and including ``until``), calling
     ``on_phase(name, mod)`` after each one."""
-    with target.tvm_target(), tvm.transform.PassContext(opt_level=3):
+    # FuseOps' largest group is the elementwise rule's size limit.
+    config = {"relax.FuseOps.max_depth": options.rules["elementwise"].max_group_size}
+    with target.tvm_target(), tvm.transform.PassContext(opt_level=3, config=config):
         for phase in phases(target, options):
             mod = phase.transform(mod)
             if on_phase is not None:

@@ -11,13 +11,15 @@ from tvm import relax
 
 @dataclass(frozen=True)
 class FusionGroup:
-    """One fused kernel: the Relax function FuseOps made and the ops inside it, in order."""
+    """One fused kernel: its Relax function, the rule that made it (a tvmfuse pattern name, or
+    ``elementwise`` for TVM's FuseOps on what the patterns left) and its ops, in order."""
 
     name: str
+    rule: str
     ops: tuple[str, ...]
 
     def to_json(self) -> dict:
-        return {"name": self.name, "ops": list(self.ops)}
+        return {"name": self.name, "rule": self.rule, "ops": list(self.ops)}
 
 
 def kernel_calls(mod: tvm.IRModule) -> list[str]:
@@ -45,7 +47,8 @@ def fusion_groups(mod: tvm.IRModule) -> list[FusionGroup]:
                 continue
             ops = tuple(_op_names(func))
             if len(ops) > 1:
-                groups.append(FusionGroup(value.op.name_hint, ops))
+                rule = str(func.attrs.get("Composite", "elementwise"))
+                groups.append(FusionGroup(value.op.name_hint, rule, ops))
     return groups
 
 
@@ -62,6 +65,66 @@ def _op_names(func: relax.Function) -> list[str]:
 
 def _is_op(expr, *names: str) -> bool:
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name in names
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Kernels one inference launches, and the bytes they move: each kernel's inputs read once
+    and its outputs written once (symbolic dimensions counted as 1)."""
+
+    kernels: int
+    bytes: int
+
+    def to_json(self) -> dict:
+        return {"kernels": self.kernels, "bytes": self.bytes}
+
+
+def summarize(mod: tvm.IRModule) -> Summary:
+    """Kernels and bytes moved of ``main`` in a module after FuseTIR (or after LegalizeOps)."""
+    kernels, moved = 0, 0
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if _is_op(value, "relax.call_tir", "relax.call_dps_packed"):
+                kernels += 1
+                inputs = value.args[1]
+                args = inputs.fields if isinstance(inputs, relax.Tuple) else [inputs]
+                moved += sum(_bytes(a.ty) for a in args) + _bytes(value.ty)
+    return Summary(kernels, moved)
+
+
+def _bytes(ty) -> int:
+    if isinstance(ty, relax.TupleType):
+        return sum(_bytes(f) for f in ty.fields)
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return 0
+    count = 1
+    for dim in ty.shape.values:
+        count *= int(dim) if isinstance(dim, tvm.tirx.IntImm) else 1
+    return count * tvm.runtime.DataType(str(ty.dtype)).bits // 8
+
+
+def unfused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """Every op its own kernel: the imported module legalized with no fusion at all."""
+    passes = tvm.transform.Sequential([
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.LegalizeOps(),
+        relax.transform.FoldConstant(),
+    ])
+    with target:
+        return passes(mod)
+
+
+def stock_fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """What TVM's own fusion makes of the imported module: its backend's legalize passes
+    (LegalizeOps, FoldConstant, FuseOps, FuseTIR)."""
+    from tvm.relax.backend.cpu_generic import pipeline as cpu_backend  # noqa: PLC0415
+    from tvm.relax.backend.cuda import pipeline as cuda_backend  # noqa: PLC0415
+
+    backend = cuda_backend if target.kind.name == "cuda" else cpu_backend
+    with target:
+        return tvm.transform.Sequential(backend.legalize_passes(target))(mod)
 
 
 def stock_kernel_calls(mod: tvm.IRModule, target: tvm.target.Target) -> list[str]:

@@ -46,6 +46,8 @@ class TargetSpec:
         Cross linker for ``export_library``; None links with the host compiler.
     cpu_flags : tuple of str
         CPU features the library needs at run time (checked before running here).
+    rules_section : str
+        The section of the fusion rules file that overrides the defaults for this target.
     """
 
     name: str
@@ -54,6 +56,7 @@ class TargetSpec:
     device: str
     arch: str
     description: str
+    rules_section: str
     cross_cc: str | None = None
     cpu_flags: tuple[str, ...] = field(default=())
 
@@ -126,6 +129,7 @@ def _avx512() -> TargetSpec:
         device="cpu",
         arch="x86_64",
         description=f"this host's x86-64 CPU with AVX-512 ({cpu}, {_host_cores()} cores)",
+        rules_section="avx512",
         cpu_flags=("avx512f",),
     )
 
@@ -138,6 +142,7 @@ def _x86_64() -> TargetSpec:
         device="cpu",
         arch="x86_64",
         description="any x86-64 CPU (SSE2 only)",
+        rules_section="x86-64",
     )
 
 
@@ -149,6 +154,7 @@ def _arm64() -> TargetSpec:
         device="cpu",
         arch="aarch64",
         description="64-bit ARM Linux with NEON, cross-linked with aarch64-linux-gnu-g++",
+        rules_section="arm64",
         cross_cc="aarch64-linux-gnu-g++",
     )
 
@@ -161,6 +167,7 @@ def _cuda_sm90() -> TargetSpec:
         device="cuda",
         arch="x86_64",
         description="NVIDIA Hopper (H100/H200), CUDA source compiled when the library loads",
+        rules_section="cuda",
     )
 
 

@@ -64,7 +64,8 @@ def handle(args: argparse.Namespace) -> int:
                              batch=args.batch)
     report = api.bench(
         model, target, engines,
-        options=api.BuildOptions(database=args.db, use_database=not args.no_db),
+        options=api.BuildOptions(database=args.db, use_database=not args.no_db,
+                                 fusion_rules=args.fusion_rules),
         threads=threads, repeat=args.repeat, max_seconds=args.max_seconds, peak=args.peak,
         dtype=DTYPES[args.dtype],
     )

@@ -1,6 +1,7 @@
 """Arguments several subcommands share."""
 
 import argparse
+from pathlib import Path
 
 from ..specs import DYNAMIC_DIMS
 from ..targets import target_names
@@ -20,5 +21,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--dynamic", action="append", default=[], choices=sorted(DYNAMIC_DIMS),
         help="keep this dimension symbolic (batch: axis 0 of every input)",
     )
+    parser.add_argument("--fusion-rules", type=Path, metavar="FILE",
+                        help="fusion rules (TOML) over the shipped defaults; see fusion_rules.toml")
     parser.add_argument("--target", default="avx512",
                         help=f"one of {', '.join(target_names())} (default: avx512, this host)")

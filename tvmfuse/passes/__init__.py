@@ -1,0 +1,6 @@
+"""tvmfuse's own Relax passes, one per file (verb_object.py holds VerbObject)."""
+
+from .fold_batch_norm import FoldBatchNorm
+from .fold_matmul_reshape import FoldMatmulReshape
+
+__all__ = ["FoldBatchNorm", "FoldMatmulReshape"]

@@ -1,0 +1,25 @@
+"""Declarative fusion rules (relax.dpl), named ``tvmfuse.<family>.<variant>``."""
+
+from __future__ import annotations
+
+from tvm.relax.transform import FusionPattern
+
+from ..rules import Rule
+from .epilogue import ANCHORS, epilogue_patterns, isolate_patterns
+from .norm import add_layer_norm_patterns
+
+
+def fusion_patterns(rules: dict[str, Rule]) -> list[FusionPattern]:
+    """The patterns of every enabled pattern rule, highest priority first; anchors of a disabled
+    epilogue family are isolated so that the leftover FuseOps cannot fuse into them either."""
+    families = []
+    for family in ANCHORS:
+        rule = rules[family]
+        patterns = (epilogue_patterns(family, rule.max_group_size) if rule.enabled
+                    else isolate_patterns(family))
+        families.append((rule.priority, patterns))
+    norm = rules["add_layer_norm"]
+    if norm.enabled:
+        families.append((norm.priority, add_layer_norm_patterns(norm.max_group_size)))
+    families.sort(key=lambda f: -f[0])
+    return [p for _, patterns in families for p in patterns]
