@@ -89,11 +89,25 @@ def test_run_rejects_wrong_shape_and_dtype(built, tmp_path):
                     "does not exist")
 
 
-def test_inspect_json_lists_kernels_and_groups():
+def test_inspect_json_compares_three_pipelines():
     result = run_cli("inspect", "tiny-resnet", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["kernels"] == 7
-    assert ["conv2d", "subtract", "divide", "multiply", "add", "relu"] in [
-        g["ops"] for g in report["groups"]
-    ]
+    pipelines = report["pipelines"]
+    assert set(pipelines) == {"unfused", "stock", "tvmfuse"}
+    assert pipelines["tvmfuse"]["kernels"] == 7
+    assert (pipelines["tvmfuse"]["kernels"] < pipelines["stock"]["kernels"]
+            < pipelines["unfused"]["kernels"])
+    assert pipelines["tvmfuse"]["bytes"] < pipelines["stock"]["bytes"] < pipelines["unfused"]["bytes"]
+    assert {"rule": "tvmfuse.conv_epilogue.bias_add_relu", "ops": ["conv2d", "add", "add", "relu"]} \
+        in [{k: g[k] for k in ("rule", "ops")} for g in report["groups"]]
+
+
+def test_inspect_prints_the_table_and_honours_a_rules_file(tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[default]\nnot_a_rule = { enabled = true }\n")
+    _one_error_line(run_cli("inspect", "tiny-resnet", "--fusion-rules", str(rules)),
+                    "unknown rule 'not_a_rule'")
+    result = run_cli("inspect", "tiny-resnet")
+    assert result.returncode == 0, result.stderr
+    assert "unfused" in result.stdout and "tvmfuse.conv_epilogue.bias_relu" in result.stdout

@@ -16,7 +16,7 @@ from pathlib import Path
 from . import __version__, env, pipeline, runtime
 from . import bench as bench_
 from .errors import TvmfuseError
-from .frontend import ImportedModel, count_flops, import_model
+from .frontend import ImportedModel, count_flops, import_model, import_torch
 from .report import FusionGroup, Summary, fusion_groups, kernel_calls, summarize
 from .rules import load_rules
 from .targets import TargetSpec, get_target
@@ -25,8 +25,8 @@ log = logging.getLogger(__name__)
 
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
-__all__ = ["Analysis", "BuildOptions", "Compiled", "analyze", "benefit", "build", "compile_model", "default_database", "get_target",
-           "import_model", "load"]
+__all__ = ["Analysis", "BuildOptions", "Compiled", "analyze", "benefit", "bench", "build",
+           "compile_model", "default_database", "get_target", "import_model", "import_torch", "load"]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 
 MIN_RUNS = 3
 
+#: Every engine `tvmfuse bench` knows, in the order it prepares them (see tvmfuse.engines).
+ENGINES = ("tvmfuse", "stock-tvm", "torch-eager", "torch-compile", "torch-compile-freezing",
+           "onnxruntime")
+
 
 @dataclass(frozen=True)
 class Latency:

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
+from .bench import ENGINES
 from .errors import TvmfuseError
 from .frontend import ImportedModel
 from .targets import TargetSpec
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("tvmfuse", "stock-tvm", "torch-eager", "torch-compile", "torch-compile-freezing",
-           "onnxruntime")
 
 
 class Unavailable(Exception):

@@ -90,6 +90,18 @@ def import_model(
 # --- PyTorch ---------------------------------------------------------------------------------
 
 
+def import_torch(module, example_inputs, *, name: str = "module",
+                 dynamic: Sequence[str] = ()) -> ImportedModel:
+    """Import an ``nn.Module`` object directly, with example inputs (tensors or arrays)."""
+    arrays = [np.asarray(t.detach().numpy() if hasattr(t, "detach") else t) for t in example_inputs]
+    names = list(inspect.signature(module.forward).parameters)
+    specs = tuple(TensorSpec(n, a.shape, str(a.dtype)) for n, a in zip(names, arrays))
+    model = _import_torch(name, "module", module.eval(), specs, {}, dynamic)
+    model.example_inputs = arrays
+    return model
+
+
+
 def _call_factory(source: str):
     import torch  # noqa: PLC0415
 

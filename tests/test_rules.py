@@ -1,0 +1,47 @@
+import pytest
+
+from tvmfuse import TvmfuseError
+from tvmfuse.rules import RULES, load_rules
+
+
+def test_shipped_rules_cover_every_rule():
+    rules = load_rules("avx512")
+    assert set(rules) == set(RULES)
+    assert all(rule.enabled for rule in rules.values())
+    assert rules["conv_epilogue"].priority > rules["add_layer_norm"].priority
+
+
+def test_target_section_overrides_default(tmp_path):
+    path = tmp_path / "rules.toml"
+    path.write_text(
+        "[default]\nadd_layer_norm = { enabled = false }\n"
+        "[cuda]\nadd_layer_norm = { enabled = true, max_group_size = 3 }\n"
+    )
+    assert not load_rules("avx512", path)["add_layer_norm"].enabled
+    cuda = load_rules("cuda", path)["add_layer_norm"]
+    assert cuda.enabled and cuda.max_group_size == 3
+    assert cuda.priority == load_rules("cuda")["add_layer_norm"].priority  # untouched keys stay
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[default]\nconv_bn_relu = { enabled = true }\n", "unknown rule 'conv_bn_relu'"),
+        ("[riscv]\nconv_epilogue = { enabled = true }\n", "unknown section [riscv]"),
+        ("[default]\nconv_epilogue = { enable = true }\n", "conv_epilogue.enable = True"),
+        ("[default]\nconv_epilogue = { priority = 'high' }\n", "conv_epilogue.priority"),
+        ("[default]\nconv_epilogue = { max_group_size = 0 }\n", "max_group_size must be >= 1"),
+        ("[default]\nconv_epilogue = true\n", "must be a table"),
+        ("[default\n", "not valid TOML"),
+    ],
+)
+def test_bad_rules_are_one_clear_error(tmp_path, text, message):
+    path = tmp_path / "rules.toml"
+    path.write_text(text)
+    with pytest.raises(TvmfuseError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        load_rules("avx512", path)
+
+
+def test_missing_rules_file_is_an_error(tmp_path):
+    with pytest.raises(TvmfuseError, match="cannot read fusion rules"):
+        load_rules("avx512", tmp_path / "none.toml")
