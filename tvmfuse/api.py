@@ -42,6 +42,7 @@ class BuildOptions:
     use_database: bool = True
     dump_ir: Path | None = None
     fusion_rules: Path | None = None
+    verify_fusion: bool = False
 
 
 @dataclass
@@ -90,7 +91,7 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
         now = time.perf_counter()
         analysis.phase_seconds[name] = now - clock[0]
         clock[0] = now
-        if name == "fuse_ops":
+        if name == "verify_fusion":  # the groups that survived the numeric gate, if it ran
             analysis.groups.extend(fusion_groups(mod))
         elif name == "fuse_tir":
             analysis.kernels.extend(kernel_calls(mod))
@@ -103,8 +104,9 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
         options.dump_ir.mkdir(parents=True, exist_ok=True)
         (options.dump_ir / "00_import.py").write_text(model.mod.script(show_meta=False))
     rules = load_rules(target.rules_section, options.fusion_rules)
-    mod = pipeline.run(model.mod, target, pipeline.PipelineOptions(rules, _database(target, options)),
-                       until=until, on_phase=on_phase)
+    pipeline_options = pipeline.PipelineOptions(rules, _database(target, options),
+                                                options.verify_fusion)
+    mod = pipeline.run(model.mod, target, pipeline_options, until=until, on_phase=on_phase)
     return mod, analysis
 
 

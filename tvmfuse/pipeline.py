@@ -6,7 +6,7 @@ after any of them (``--dump-ir``) and read the fusion groups after ``fuse_ops``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tvm
@@ -15,10 +15,11 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 from tvm.s_tir import dlight as dl
 
-from .passes import FoldBatchNorm, FoldMatmulReshape
+from .passes import FoldBatchNorm, FoldMatmulReshape, VerifyFusion
 from .patterns import fusion_patterns
 from .rules import Rule
 from .targets import TargetSpec
+from .verify import TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,8 @@ class PipelineOptions:
     rules: dict[str, Rule]
     #: A MetaSchedule JSON database (folder) whose records replace the default schedules.
     database: Path | None = None
+    #: Check every fused group against its ops one by one; split back the ones that fail.
+    verify_fusion: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,17 +70,39 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         # 5. TVM's FuseOps groups what the patterns left (elementwise chains, reductions), then
         #    each group becomes one PrimFunc.
         Phase("fuse_ops", _if(rules["elementwise"].enabled, relax.transform.FuseOps())),
+        # 6. The numeric gate (--verify-fusion): a group that fails to build or to match its
+        #    ops run one by one is split back into them.
+        Phase("verify_fusion", _if(options.verify_fusion, VerifyFusion(
+            _group_builder(target, options), _device_here(target), TOLERANCE,
+        ))),
         Phase("fuse_tir", relax.transform.FuseTIR()),
-        # 6. Schedules: tuned records first, then the default rules for what is left.
+        # 7. Schedules: tuned records first, then the default rules for what is left.
         Phase("schedule", tvm.transform.Sequential(
             _apply_database(options.database) + _default_schedules(tvm_target)
         )),
-        # 7. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
+        # 8. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
         Phase("lower", tvm.transform.Sequential(
             _backend(tvm_target).dataflow_lower_passes(tvm_target)
             + _backend(tvm_target).finalize_passes(tvm_target)
         )),
     ]
+
+
+def _group_builder(target: TargetSpec, options: PipelineOptions):
+    """Build a module holding one fused group the way the pipeline builds a model."""
+    def build(mod: tvm.IRModule):
+        for phase in phases(target, replace(options, verify_fusion=False)):
+            if phase.name in ("fuse_tir", "schedule", "lower"):
+                mod = phase.transform(mod)
+        return tvm.compile(mod, target=target.tvm_target(), relax_pipeline=None)
+
+    return build
+
+
+def _device_here(target: TargetSpec):
+    if target.why_not_runnable() is not None:
+        return None
+    return tvm.cuda(0) if target.device == "cuda" else tvm.cpu(0)
 
 
 def _if(condition: bool, transform: tvm.transform.Pass) -> tvm.transform.Pass:

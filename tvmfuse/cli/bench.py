@@ -65,7 +65,7 @@ def handle(args: argparse.Namespace) -> int:
     report = api.bench(
         model, target, engines,
         options=api.BuildOptions(database=args.db, use_database=not args.no_db,
-                                 fusion_rules=args.fusion_rules),
+                                 fusion_rules=args.fusion_rules, verify_fusion=args.verify_fusion),
         threads=threads, repeat=args.repeat, max_seconds=args.max_seconds, peak=args.peak,
         dtype=DTYPES[args.dtype],
     )

@@ -41,7 +41,7 @@ def handle(args: argparse.Namespace) -> int:
     target = api.get_target(args.target)
     model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)
     options = api.BuildOptions(database=args.db, use_database=not args.no_db, dump_ir=args.dump_ir,
-                               fusion_rules=args.fusion_rules)
+                               fusion_rules=args.fusion_rules, verify_fusion=args.verify_fusion)
     out = api.build(api.compile_model(model, target, options), args.output)
     if not (args.verify or args.bench):
         return 0

@@ -23,5 +23,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--fusion-rules", type=Path, metavar="FILE",
                         help="fusion rules (TOML) over the shipped defaults; see fusion_rules.toml")
+    parser.add_argument("--verify-fusion", action="store_true",
+                        help="check each fused group against its ops run one by one; split back "
+                             "any that fails to build or to match")
     parser.add_argument("--target", default="avx512",
                         help=f"one of {', '.join(target_names())} (default: avx512, this host)")

@@ -27,7 +27,8 @@ def handle(args: argparse.Namespace) -> int:
 
     target = api.get_target(args.target)
     model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)
-    options = api.BuildOptions(dump_ir=args.dump_ir, fusion_rules=args.fusion_rules)
+    options = api.BuildOptions(dump_ir=args.dump_ir, fusion_rules=args.fusion_rules,
+                               verify_fusion=args.verify_fusion)
     report = api.benefit(model, target, options)
     if args.json:
         print(json.dumps(report, indent=2))

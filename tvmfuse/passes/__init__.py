@@ -2,5 +2,6 @@
 
 from .fold_batch_norm import FoldBatchNorm
 from .fold_matmul_reshape import FoldMatmulReshape
+from .verify_fusion import VerifyFusion
 
-__all__ = ["FoldBatchNorm", "FoldMatmulReshape"]
+__all__ = ["FoldBatchNorm", "FoldMatmulReshape", "VerifyFusion"]

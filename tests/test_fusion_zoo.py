@@ -1,0 +1,76 @@
+"""What tvmfuse's fusion makes of the zoo models: kernel counts and bytes moved against the
+unfused pipeline and TVM's stock FuseOps (analysis only: no code is generated here)."""
+
+import collections
+
+import pytest
+import torch
+from torch import nn
+
+from tvmfuse import api
+
+TARGET = api.get_target("avx512")
+
+
+@pytest.fixture(scope="module")
+def benefit():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = api.benefit(api.import_model(name), TARGET, api.BuildOptions())
+        return cache[name]
+
+    return get
+
+
+def _ops(report):
+    return collections.Counter(op for g in report["groups"] for op in g["ops"])
+
+
+def test_resnet50_has_no_standalone_batch_norm_relu_or_add(benefit):
+    report = benefit("resnet50")
+    tvmfuse, stock = report["pipelines"]["tvmfuse"], report["pipelines"]["stock"]
+    assert tvmfuse["kernels"] <= 57 < stock["kernels"]
+    ops = _ops(report)
+    assert ops["conv2d"] == 53
+    # Every ReLU (49) and every residual add (16) sits in a conv kernel; BatchNorm is folded
+    # (its 53 bias adds are the only other adds).
+    assert ops["relu"] == 49 and ops["add"] == 53 + 16 + 1
+    assert not {"subtract", "divide", "multiply"} & set(ops)
+    assert tvmfuse["bytes"] <= 0.35 * report["pipelines"]["unfused"]["bytes"]
+
+
+def test_mobilenet_v2_folds_every_batch_norm_and_relu6_into_its_conv(benefit):
+    report = benefit("mobilenet_v2")
+    conv_groups = [g for g in report["groups"] if g["rule"].startswith("tvmfuse.conv_epilogue")]
+    assert len(conv_groups) == 52  # every conv
+    assert sum("tir_clip" in g["ops"] for g in conv_groups) == 35  # every ReLU6
+    assert not {"subtract", "divide", "multiply"} & set(_ops(report))
+    assert report["pipelines"]["tvmfuse"]["kernels"] < report["pipelines"]["stock"]["kernels"]
+
+
+def test_bert_base_fuses_bias_gelu_and_residuals_into_its_gemms(benefit):
+    report = benefit("bert-base")
+    rules = collections.Counter(g["rule"] for g in report["groups"])
+    assert rules["tvmfuse.matmul_epilogue.bias_gelu"] == 12
+    assert rules["tvmfuse.matmul_epilogue.bias_add"] == 24  # attention out and FFN down + residual
+    tvmfuse, stock = report["pipelines"]["tvmfuse"], report["pipelines"]["stock"]
+    assert tvmfuse["kernels"] <= 214 < stock["kernels"]
+    assert tvmfuse["bytes"] < stock["bytes"]
+
+
+class ConvBNReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = nn.Conv2d(64, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64)
+
+    def forward(self, x):
+        return torch.relu(self.bn(self.conv(x)))
+
+
+def test_resnet_conv3x3_bn_relu_block_moves_at_most_38_percent_of_unfused_bytes():
+    model = api.import_torch(ConvBNReLU().eval(), [torch.randn(1, 64, 56, 56)])
+    pipelines = api.benefit(model, TARGET, api.BuildOptions())["pipelines"]
+    assert pipelines["tvmfuse"]["kernels"] == 1
+    assert pipelines["tvmfuse"]["bytes"] <= 0.38 * pipelines["unfused"]["bytes"]
