@@ -110,7 +110,7 @@ class Report:
 
 
 def measure_peak_gflops(threads: int, device: str = "cpu", size: int = 2048,
-                        repeat: int = 5) -> float:
+                        repeat: int = 10) -> float:
     """The device's practical fp32 peak: the best of ``repeat`` large PyTorch sgemms (strict
     fp32 on CUDA, no TF32)."""
     import torch  # noqa: PLC0415

@@ -15,7 +15,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 from tvm.s_tir import dlight as dl
 
-from .passes import FoldBatchNorm, FoldMatmulReshape, VerifyFusion
+from .passes import FoldBatchNorm, FoldMatmulReshape, MergeParallelMatmul, VerifyFusion
 from .patterns import fusion_patterns
 from .rules import Rule
 from .targets import TargetSpec
@@ -45,11 +45,14 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
     tvm_target = target.tvm_target()
     rules = options.rules
     return [
-        # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers.
+        # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers, and
+        #    parallel matmuls on one input into one GEMM.
         Phase("fold", tvm.transform.Sequential([
             relax.transform.FoldConstant(),
             _if(rules["fold_batch_norm"].enabled, FoldBatchNorm()),
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
+            _if(rules["horizontal_matmul"].enabled,
+                MergeParallelMatmul(rules["horizontal_matmul"].max_group_size)),
         ])),
         # 2. Canonicalize: what BatchNorm is left becomes arithmetic, and the `(out, mean, var)[0]`
         #    tuple it leaves is folded away so fusion can see through it.

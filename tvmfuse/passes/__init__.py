@@ -2,6 +2,7 @@
 
 from .fold_batch_norm import FoldBatchNorm
 from .fold_matmul_reshape import FoldMatmulReshape
+from .merge_parallel_matmul import MergeParallelMatmul
 from .verify_fusion import VerifyFusion
 
-__all__ = ["FoldBatchNorm", "FoldMatmulReshape", "VerifyFusion"]
+__all__ = ["FoldBatchNorm", "FoldMatmulReshape", "MergeParallelMatmul", "VerifyFusion"]

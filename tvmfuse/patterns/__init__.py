@@ -5,6 +5,7 @@ from __future__ import annotations
 from tvm.relax.transform import FusionPattern
 
 from ..rules import Rule
+from .attention import scale_mask_softmax_patterns
 from .epilogue import ANCHORS, epilogue_patterns, isolate_patterns
 from .norm import add_layer_norm_patterns
 
@@ -18,8 +19,10 @@ def fusion_patterns(rules: dict[str, Rule]) -> list[FusionPattern]:
         patterns = (epilogue_patterns(family, rule.max_group_size) if rule.enabled
                     else isolate_patterns(family))
         families.append((rule.priority, patterns))
-    norm = rules["add_layer_norm"]
-    if norm.enabled:
-        families.append((norm.priority, add_layer_norm_patterns(norm.max_group_size)))
+    for name, make in (("add_layer_norm", add_layer_norm_patterns),
+                       ("scale_mask_softmax", scale_mask_softmax_patterns)):
+        rule = rules[name]
+        if rule.enabled:
+            families.append((rule.priority, make(rule.max_group_size)))
     families.sort(key=lambda f: -f[0])
     return [p for _, patterns in families for p in patterns]
