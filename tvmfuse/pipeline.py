@@ -15,7 +15,9 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 from tvm.s_tir import dlight as dl
 
-from .passes import FoldBatchNorm, FoldMatmulReshape, MergeParallelMatmul, VerifyFusion
+from .passes import (
+    ApplyDefaultSchedule, FoldBatchNorm, FoldMatmulReshape, MergeParallelMatmul, VerifyFusion,
+)
 from .patterns import fusion_patterns
 from .rules import Rule
 from .targets import TargetSpec
@@ -126,7 +128,7 @@ def _apply_database(database: Path | None) -> list[tvm.transform.Pass]:
 def _default_schedules(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     if target.kind.name == "cuda":
         # GPU kernels must be bound to threads before they can build at all.
-        return [dl.ApplyDefaultSchedule(
+        return [ApplyDefaultSchedule(
             dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
             dl.gpu.Fallback(),
         )]

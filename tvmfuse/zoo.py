@@ -98,21 +98,37 @@ class TinyResNet(nn.Module):
         return self.fc(y.mean((2, 3)))
 
 
+class InvertedResidual(nn.Module):
+    """MobileNetV2's block: expand 1x1, depthwise 3x3, project 1x1, all with BN (and ReLU6)."""
+
+    def __init__(self, cin: int, cout: int, expand: int = 4):
+        super().__init__()
+        mid = cin * expand
+        self.body = nn.Sequential(
+            ConvBNReLU(cin, mid, 1, act=nn.ReLU6),
+            ConvBNReLU(mid, mid, 3, groups=mid, act=nn.ReLU6),
+            nn.Conv2d(mid, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        )
+        self.residual = cin == cout
+
+    def forward(self, x):
+        y = self.body(x)
+        return x + y if self.residual else y
+
+
 class TinyMobileNet(nn.Module):
-    """MobileNetV2's inverted residual: expand 1x1, depthwise 3x3, project 1x1, all with BN/ReLU6."""
+    """A stage of MobileNetV2: a block that changes width, then one with a residual, so the
+    first block's output feeds both the second block and its residual add."""
 
     def __init__(self, classes: int = 10):
         super().__init__()
         self.stem = ConvBNReLU(3, 16, 3, 2, act=nn.ReLU6)
-        self.expand = ConvBNReLU(16, 64, 1, act=nn.ReLU6)
-        self.dw = ConvBNReLU(64, 64, 3, groups=64, act=nn.ReLU6)
-        self.project = nn.Sequential(nn.Conv2d(64, 16, 1, bias=False), nn.BatchNorm2d(16))
-        self.fc = nn.Linear(16, classes)
+        self.blocks = nn.Sequential(InvertedResidual(16, 24), InvertedResidual(24, 24))
+        self.fc = nn.Linear(24, classes)
 
     def forward(self, x):
-        x = self.stem(x)
-        x = x + self.project(self.dw(self.expand(x)))
-        return self.fc(x.mean((2, 3)))
+        return self.fc(self.blocks(self.stem(x)).mean((2, 3)))
 
 
 class TinyTransformer(nn.Module):
@@ -207,7 +223,7 @@ def registry() -> dict[str, ZooModel]:
                  needs="models"),
         ZooModel("tiny-resnet", "conv-BN-ReLU stem and one bottleneck with downsample",
                  TinyResNet, _image("x", 32)),
-        ZooModel("tiny-mobilenet", "MobileNetV2 inverted residual with depthwise conv and ReLU6",
+        ZooModel("tiny-mobilenet", "two MobileNetV2 inverted residuals (depthwise conv, ReLU6)",
                  TinyMobileNet, _image("x", 32)),
         ZooModel("tiny-transformer", "one BERT encoder layer (dim 64, 4 heads, sequence 16)",
                  TinyTransformer,

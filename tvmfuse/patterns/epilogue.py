@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tvm.relax.backend.utils import has_leaking_intermediate_variables
 from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
@@ -81,7 +82,11 @@ def _size(pattern: DFPattern) -> int:
 
 
 def _at_most(limit: int):
+    """Accept a match of at most ``limit`` ops whose intermediates nothing outside it uses: a
+    value the group hides (a block output that is also a later residual) must stay a kernel
+    output."""
     def check(context) -> bool:
-        return len(context.matched_bindings) <= limit
+        return (len(context.matched_bindings) <= limit
+                and not has_leaking_intermediate_variables(context))
 
     return check

@@ -1,0 +1,45 @@
+import logging
+
+import tvm
+from tvm import relax
+from tvm.s_tir import dlight as dl
+
+from tvmfuse import api
+from tvmfuse.passes import ApplyDefaultSchedule
+
+CUDA = api.get_target("cuda-sm90").tvm_target()
+
+
+class Broken(dl.gpu.Fallback):
+    def apply(self, func, target, tunable):
+        raise RuntimeError("There are some consumers of the cache-write stage that are not "
+                           "properly inlined.")
+
+
+def _relu_module():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((128, 64), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(x))
+        bb.emit_func_output(out)
+    with CUDA:
+        return relax.transform.LegalizeOps()(bb.get())
+
+
+def test_a_rule_that_raises_falls_through_to_the_next(caplog):
+    mod = _relu_module()
+    with CUDA, caplog.at_level(logging.WARNING):
+        scheduled = ApplyDefaultSchedule(Broken(), dl.gpu.Fallback())(mod)
+    (prim,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert prim.attrs["tirx.is_scheduled"]
+    assert "threadIdx.x" in prim.script()
+    assert "schedule rule Broken failed on relu" in caplog.text
+    tvm.compile(scheduled, target=CUDA)  # bound to threads: it builds
+
+
+def test_no_rule_applies_leaves_the_kernel_alone():
+    mod = _relu_module()
+    with CUDA:
+        after = ApplyDefaultSchedule(dl.gpu.Matmul())(mod)
+    tvm.ir.assert_structural_equal(after, mod)
