@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import inspect
 import logging
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -365,4 +366,6 @@ def _quiet_torch():
 
 def _first_line(err: BaseException) -> str:
     text = str(err).strip() or type(err).__name__
+    # TVM prefixes an op's type-check error with the op's whole repr; keep its name only.
+    text = re.sub(r'ir\.Op\(.*?name="([^"]+)".*?support_level=\d+\)', r"\1", text, flags=re.S)
     return text.splitlines()[0][:300]

@@ -129,8 +129,9 @@ def _default_schedules(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     if target.kind.name == "cuda":
         # GPU kernels must be bound to threads before they can build at all.
         return [ApplyDefaultSchedule(
-            dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-            dl.gpu.Fallback(),
+            [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+             dl.gpu.Fallback()],
+            small_reduction_rules=[dl.gpu.Fallback()],
         )]
     return []
 

@@ -30,7 +30,7 @@ def _relu_module():
 def test_a_rule_that_raises_falls_through_to_the_next(caplog):
     mod = _relu_module()
     with CUDA, caplog.at_level(logging.WARNING):
-        scheduled = ApplyDefaultSchedule(Broken(), dl.gpu.Fallback())(mod)
+        scheduled = ApplyDefaultSchedule([Broken(), dl.gpu.Fallback()])(mod)
     (prim,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     assert prim.attrs["tirx.is_scheduled"]
     assert "threadIdx.x" in prim.script()
@@ -41,5 +41,30 @@ def test_a_rule_that_raises_falls_through_to_the_next(caplog):
 def test_no_rule_applies_leaves_the_kernel_alone():
     mod = _relu_module()
     with CUDA:
-        after = ApplyDefaultSchedule(dl.gpu.Matmul())(mod)
+        after = ApplyDefaultSchedule([dl.gpu.Matmul()])(mod)
     tvm.ir.assert_structural_equal(after, mod)
+
+
+class Refuses(dl.gpu.Fallback):
+    def apply(self, func, target, tunable):
+        raise AssertionError("a small reduction must not reach the general rules")
+
+
+def _depthwise_module():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 32, 28, 28), "float32"))
+    w = relax.Var("w", relax.TensorType((32, 1, 3, 3), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.conv2d(x, w, padding=1, groups=32))
+        bb.emit_func_output(out)
+    with CUDA:
+        return relax.transform.LegalizeOps()(bb.get())
+
+
+def test_small_reductions_go_to_their_own_rules():
+    with CUDA:
+        scheduled = ApplyDefaultSchedule([Refuses()], small_reduction_rules=[dl.gpu.Fallback()])(
+            _depthwise_module())
+    (prim,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert prim.attrs["tirx.is_scheduled"]
