@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import __version__, env, pipeline, runtime
@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
 __all__ = ["Analysis", "BuildOptions", "Compiled", "analyze", "benefit", "bench", "build",
-           "compile_model", "default_database", "get_target", "import_model", "import_torch", "load"]
+           "compile_model", "default_database", "get_target", "import_model", "import_torch", "load",
+           "tune"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,13 @@ class Analysis:
     groups: list[FusionGroup]
     phase_seconds: dict[str, float]
     summary: Summary | None = None
+    #: Kernels whose schedule came from the tuning database (filled when the build applies one).
+    tuned: set[str] = field(default_factory=set)
+
+    @property
+    def untuned(self) -> list[str]:
+        """Kernel launches that run with a default schedule, in order."""
+        return [k for k in self.kernels if k not in self.tuned]
 
 
 @dataclass
@@ -96,6 +104,9 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
         elif name == "fuse_tir":
             analysis.kernels.extend(kernel_calls(mod))
             analysis.summary = summarize(mod)
+        elif name == "apply_database":  # MetaSchedule marks the kernels it gave a record
+            analysis.tuned.update(gv.name_hint for gv, f in mod.functions.items()
+                                  if f.attrs is not None and f.attrs.get("tirx.is_scheduled"))
         if options.dump_ir is not None:
             index = len(analysis.phase_seconds)
             (options.dump_ir / f"{index:02d}_{name}.py").write_text(mod.script(show_meta=False))
@@ -161,6 +172,11 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
         _dump_device_sources(executable, options.dump_ir)
     log.info("compiled to %d kernel launches (%d fusion groups) in %.1f s",
              len(analysis.kernels), len(analysis.groups), seconds)
+    if database is not None:
+        untuned = analysis.untuned
+        log.info("%d of %d kernel launches use tuned schedules; untuned: %s",
+                 len(analysis.kernels) - len(untuned), len(analysis.kernels),
+                 ", ".join(sorted(set(untuned))) or "none")
     return Compiled(model, target, executable, analysis, database, seconds)
 
 
@@ -225,6 +241,7 @@ def _manifest(compiled: Compiled) -> dict:
         "kernels": len(compiled.analysis.kernels),
         "fusion_groups": [g.to_json() for g in compiled.analysis.groups],
         "database": _database_json(compiled.database),
+        "untuned_kernels": sorted(set(compiled.analysis.untuned)) if compiled.database else None,
         "compile_seconds": round(compiled.seconds, 2),
     }
 
@@ -294,6 +311,24 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
         ))
     report.finish()
     return report
+
+
+def tune(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, trials: int,
+         trials_per_iter: int = 4, retune: bool = False):
+    """Tune ``model``'s fused kernels for ``target`` into ``options.database`` (default: the
+    target's folder under ``tuning_logs/``); see :mod:`tvmfuse.tuning`."""
+    from . import tuning  # noqa: PLC0415
+
+    if target.why_not_runnable() is not None:
+        raise TvmfuseError(f"cannot tune for {target.name} here: {target.why_not_runnable()} "
+                           f"(tuning over RPC is not supported yet)")
+    database = options.database or env.TUNING_LOGS / target.key
+    mod, _ = analyze(model, target, BuildOptions(fusion_rules=options.fusion_rules,
+                                                 use_database=False))
+    with target.tvm_target():
+        plans = tuning.tune(mod, target.tvm_target(), database, trials=trials,
+                            trials_per_iter=trials_per_iter, retune=retune)
+    return database, plans
 
 
 def load(path: str | Path) -> runtime.Deployed:

@@ -82,9 +82,8 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         ))),
         Phase("fuse_tir", relax.transform.FuseTIR()),
         # 7. Schedules: tuned records first, then the default rules for what is left.
-        Phase("schedule", tvm.transform.Sequential(
-            _apply_database(options.database) + _default_schedules(tvm_target)
-        )),
+        Phase("apply_database", tvm.transform.Sequential(_apply_database(options.database))),
+        Phase("default_schedule", tvm.transform.Sequential(_default_schedules(tvm_target))),
         # 8. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
         Phase("lower", tvm.transform.Sequential(
             _backend(tvm_target).dataflow_lower_passes(tvm_target)
@@ -97,7 +96,7 @@ def _group_builder(target: TargetSpec, options: PipelineOptions):
     """Build a module holding one fused group the way the pipeline builds a model."""
     def build(mod: tvm.IRModule):
         for phase in phases(target, replace(options, verify_fusion=False)):
-            if phase.name in ("fuse_tir", "schedule", "lower"):
+            if phase.name in ("fuse_tir", "apply_database", "default_schedule", "lower"):
                 mod = phase.transform(mod)
         return tvm.compile(mod, target=target.tvm_target(), relax_pipeline=None)
 

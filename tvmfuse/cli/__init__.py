@@ -9,9 +9,9 @@ import warnings
 
 from .. import __version__, env
 from ..errors import TvmfuseError
-from . import bench, build, inspect, run
+from . import bench, build, inspect, run, tune
 
-SUBCOMMANDS = (build, run, inspect, bench)
+SUBCOMMANDS = (build, run, inspect, bench, tune)
 
 log = logging.getLogger("tvmfuse")
 

@@ -1,0 +1,61 @@
+"""One real, tiny tuning run (a few MetaSchedule trials on this CPU), then a build that applies
+its database and reports which kernels ran untuned."""
+
+import json
+
+import pytest
+from tvm.s_tir import meta_schedule as ms
+
+from tvmfuse import TvmfuseError, api
+from tvmfuse.tuning import plan_tasks
+from tvmfuse.verify import verify
+
+TARGET = api.get_target("avx512")
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    database = tmp_path_factory.mktemp("tuning_logs") / TARGET.key
+    model = api.import_model("tiny-resnet")
+    _, plans = api.tune(model, TARGET, api.BuildOptions(database=database), trials=4)
+    return model, database, plans
+
+
+def test_tasks_are_ordered_by_share_of_flops(tuned):
+    _, _, plans = tuned
+    assert len(plans) == 7  # one per distinct fused kernel
+    shares = [p.launches * p.flops for p in plans]
+    assert shares == sorted(shares, reverse=True)
+    assert not any(p.tuned for p in plans)  # a fresh database
+
+
+def test_the_database_holds_records_and_a_rerun_skips_them(tuned):
+    model, database, plans = tuned
+    records = (database / "database_tuning_record.json").read_text().splitlines()
+    assert 1 <= len(records) <= 4
+    assert all(json.loads(line) for line in records)
+    mod, _ = api.analyze(model, TARGET, api.BuildOptions(use_database=False))
+    with TARGET.tvm_target():
+        _, again = plan_tasks(mod, TARGET.tvm_target(),
+                              ms.database.JSONDatabase(work_dir=str(database)))
+    assert again[0].name == plans[0].name and again[0].tuned
+
+
+def test_build_applies_the_database_and_lists_untuned_kernels(tuned, tmp_path):
+    model, database, _ = tuned
+    compiled = api.compile_model(model, TARGET, api.BuildOptions(database=database))
+    assert compiled.database == database
+    assert 1 <= len(compiled.analysis.tuned) < len(set(compiled.analysis.kernels))
+    folder = api.build(compiled, tmp_path / "out")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["database"]["path"] == str(database)
+    assert len(manifest["database"]["sha256"]) == 64
+    assert set(manifest["untuned_kernels"]) == set(compiled.analysis.untuned)
+    assert compiled.analysis.kernels[0] not in manifest["untuned_kernels"]  # the stem conv
+    verify(api.load(folder), model)
+
+
+def test_targets_that_cannot_run_here_are_refused():
+    with pytest.raises(TvmfuseError, match="cannot tune for arm64 here"):
+        api.tune(api.import_model("tiny-resnet"), api.get_target("arm64"), api.BuildOptions(),
+                 trials=1)

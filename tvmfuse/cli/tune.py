@@ -1,0 +1,43 @@
+"""``tvmfuse tune``: tune a model's fused kernels with MetaSchedule into the target's database
+(``tuning_logs/<target-key>/``), which ``tvmfuse build`` then applies."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from ..errors import TvmfuseError
+from .common import add_model_arguments
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser("tune", help="tune the fused kernels into a tuning database",
+                            description=__doc__)
+    add_model_arguments(parser)
+    parser.add_argument("--trials", type=int, default=64, metavar="N",
+                        help="measured candidates in all, over every task (default 64)")
+    parser.add_argument("--trials-per-iter", type=int, default=4, metavar="K",
+                        help="candidates per task per round (default 4)")
+    parser.add_argument("--db", type=Path, metavar="DIR",
+                        help="database folder (default: tuning_logs/<target-key>/)")
+    parser.add_argument("--retune", action="store_true",
+                        help="search again for tasks the database already holds")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from .. import api  # noqa: PLC0415
+
+    if args.trials < 1 or args.trials_per_iter < 1:
+        raise TvmfuseError("--trials and --trials-per-iter must be at least 1")
+    target = api.get_target(args.target)
+    model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)
+    options = api.BuildOptions(database=args.db, fusion_rules=args.fusion_rules)
+    database, _ = api.tune(model, target, options, trials=args.trials,
+                           trials_per_iter=args.trials_per_iter, retune=args.retune)
+    log.info("build with it: tvmfuse build %s --target %s --db %s -o DIR", args.model,
+             target.name, database)
+    return 0

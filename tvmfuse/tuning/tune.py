@@ -1,0 +1,97 @@
+"""Tune a model's fused kernels with MetaSchedule (XGBoost cost model) into a JSON database.
+
+Tasks are the PrimFuncs the tvmfuse pipeline produces (after FuseTIR), deduplicated by structure,
+so every launch of the same kernel shape is tuned once. They are ordered by their estimated share
+of the model's FLOPs; a task the database already holds a record for is skipped unless asked to
+retune. Records are appended to the database as they are measured, so an interrupted run keeps
+them and a re-run resumes.
+
+Measured here: MetaSchedule's default builder re-imports ``tvm.s_tir.tensor_intrin`` in every
+worker (about 22 s on this 2-core machine) and times out; the builder below imports it once per
+worker and allows 120 s.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskPlan:
+    """One tuning task: a distinct fused kernel, how often it runs and how much work it is."""
+
+    name: str
+    launches: int
+    flops: float  # per launch
+    tuned: bool  # the database already holds a record for it
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _import_tensor_intrin() -> None:
+    """Builder-worker initializer: pay for the tensor-intrinsic registry once per worker."""
+    import tvm.s_tir.tensor_intrin  # noqa: F401, PLC0415
+
+
+def plan_tasks(mod, target, database):
+    """The tasks of ``mod`` (a module after FuseTIR), largest share of FLOPs first, with plans."""
+    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+    from tvm.s_tir.analysis import estimate_tir_flops  # noqa: PLC0415
+
+    tasks = ms.relax_integration.extract_tasks(mod, target)
+    plans = []
+    for task in tasks:
+        workload = task.dispatched[0]
+        record = database.query_tuning_record(workload, target, task.task_name)
+        plans.append(TaskPlan(task.task_name, int(task.weight),
+                              float(estimate_tir_flops(workload)), record is not None))
+    order = sorted(range(len(tasks)), key=lambda i: -plans[i].launches * plans[i].flops)
+    return [tasks[i] for i in order], [plans[i] for i in order]
+
+
+def tune(mod, target, database_dir: Path, *, trials: int, trials_per_iter: int = 4,
+         retune: bool = False) -> list[TaskPlan]:
+    """Tune the kernels of ``mod`` (after FuseTIR) for ``target`` into ``database_dir``.
+
+    Returns the plan it worked from (``tuned`` as it was before this run).
+    """
+    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+
+    database_dir.mkdir(parents=True, exist_ok=True)
+    database = ms.database.JSONDatabase(work_dir=str(database_dir))
+    tasks, plans = plan_tasks(mod, target, database)
+    total = sum(p.launches * p.flops for p in plans) or 1.0
+    for plan in plans:
+        log.info("task %-60s x%d  %5.1f%% of FLOPs%s", plan.name, plan.launches,
+                 100 * plan.launches * plan.flops / total, "  (in the database)" if plan.tuned else "")
+    todo = [(t, p) for t, p in zip(tasks, plans) if retune or not p.tuned]
+    if not todo:
+        log.info("every task has a record in %s; nothing to tune (--retune to search again)",
+                 database_dir)
+        return plans
+    log.info("tuning %d of %d task(s), %d trials in all, %d per task per round", len(todo),
+             len(tasks), trials, trials_per_iter)
+    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        [t for t, _ in todo], work_dir=str(database_dir)
+    )
+    start = time.perf_counter()
+    ms.tune_tasks(
+        tasks=contexts,
+        task_weights=weights,
+        work_dir=str(database_dir),
+        max_trials_global=trials,
+        num_trials_per_iter=trials_per_iter,
+        builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
+                                        initializer=_import_tensor_intrin),
+        runner=ms.runner.LocalRunner(timeout_sec=60),
+        database=database,
+        cost_model="xgb",
+    )
+    log.info("tuned for %.0f s; records in %s", time.perf_counter() - start, database_dir)
+    return plans
