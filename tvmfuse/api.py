@@ -314,9 +314,10 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
 
 
 def tune(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, trials: int,
-         trials_per_iter: int = 4, retune: bool = False):
-    """Tune ``model``'s fused kernels for ``target`` into ``options.database`` (default: the
-    target's folder under ``tuning_logs/``); see :mod:`tvmfuse.tuning`."""
+         trials_per_iter: int = 4, retune: bool = False, only: list[str] | None = None):
+    """Tune ``model``'s fused kernels (or ``only`` the named ones) for ``target`` into
+    ``options.database`` (default: the target's folder under ``tuning_logs/``); see
+    :mod:`tvmfuse.tuning`. Returns the database folder and the task plans."""
     from . import tuning  # noqa: PLC0415
 
     if target.why_not_runnable() is not None:
@@ -327,7 +328,7 @@ def tune(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, tri
                                                  use_database=False))
     with target.tvm_target():
         plans = tuning.tune(mod, target.tvm_target(), database, trials=trials,
-                            trials_per_iter=trials_per_iter, retune=retune)
+                            trials_per_iter=trials_per_iter, retune=retune, only=only)
     return database, plans
 
 

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import TvmfuseError
+
 log = logging.getLogger(__name__)
 
 
@@ -56,8 +58,9 @@ def plan_tasks(mod, target, database):
 
 
 def tune(mod, target, database_dir: Path, *, trials: int, trials_per_iter: int = 4,
-         retune: bool = False) -> list[TaskPlan]:
-    """Tune the kernels of ``mod`` (after FuseTIR) for ``target`` into ``database_dir``.
+         retune: bool = False, only: list[str] | None = None) -> list[TaskPlan]:
+    """Tune the kernels of ``mod`` (after FuseTIR) for ``target`` into ``database_dir``;
+    ``only`` restricts the run to the named kernels.
 
     Returns the plan it worked from (``tuned`` as it was before this run).
     """
@@ -70,7 +73,13 @@ def tune(mod, target, database_dir: Path, *, trials: int, trials_per_iter: int =
     for plan in plans:
         log.info("task %-60s x%d  %5.1f%% of FLOPs%s", plan.name, plan.launches,
                  100 * plan.launches * plan.flops / total, "  (in the database)" if plan.tuned else "")
-    todo = [(t, p) for t, p in zip(tasks, plans) if retune or not p.tuned]
+    if only is not None:
+        unknown = sorted(set(only) - {p.name for p in plans})
+        if unknown:
+            raise TvmfuseError(f"no kernel named {unknown[0]!r} to tune; kernels are: "
+                               f"{', '.join(p.name for p in plans)}")
+    todo = [(t, p) for t, p in zip(tasks, plans)
+            if (retune or not p.tuned) and (only is None or p.name in only)]
     if not todo:
         log.info("every task has a record in %s; nothing to tune (--retune to search again)",
                  database_dir)
