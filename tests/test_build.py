@@ -147,3 +147,12 @@ def test_database_folder_without_records_is_an_error(tmp_path):
     model = api.import_model("tiny-resnet")
     with pytest.raises(TvmfuseError, match="is not a tuning database"):
         api.compile_model(model, api.get_target("avx512"), api.BuildOptions(database=tmp_path))
+
+
+def test_corrupt_tuning_database_names_file_and_line(tmp_path):
+    good = '{"a": 1}\n'
+    (tmp_path / "database_workload.json").write_text(good)
+    (tmp_path / "database_tuning_record.json").write_text(good + good + '[0, {"trace": \n')
+    model = api.import_model("tiny-resnet")
+    with pytest.raises(TvmfuseError, match=r"database_tuning_record.json line 3 is not valid JSON"):
+        api.compile_model(model, api.get_target("avx512"), api.BuildOptions(database=tmp_path))

@@ -144,11 +144,30 @@ def _database(target: TargetSpec, options: BuildOptions) -> Path | None:
     if not options.use_database:
         return None
     database = options.database or default_database(target)
-    if database is not None and not _has_database(database):
-        raise TvmfuseError(
-            f"{database} is not a tuning database: it needs {' and '.join(DATABASE_FILES)}"
-        )
+    if database is not None:
+        if not _has_database(database):
+            raise TvmfuseError(
+                f"{database} is not a tuning database: it needs {' and '.join(DATABASE_FILES)}"
+            )
+        _check_database(database)
     return database
+
+
+def _check_database(folder: Path) -> None:
+    """Name the file and line of the first record that is not JSON (MetaSchedule would only
+    say "Cannot tokenize")."""
+    for name in DATABASE_FILES:
+        with open(folder / name, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError as err:
+                    raise TvmfuseError(
+                        f"tuning database {folder / name} line {number} is not valid JSON "
+                        f"({err.msg}); remove that line or build with --no-db"
+                    ) from None
 
 
 def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> Compiled:
