@@ -56,6 +56,8 @@ class Analysis:
     summary: Summary | None = None
     #: Kernels whose schedule came from the tuning database (filled when the build applies one).
     tuned: set[str] = field(default_factory=set)
+    #: The tuning database the run applied (resolved only by runs that reach the schedules).
+    database: Path | None = None
 
     @property
     def untuned(self) -> list[str]:
@@ -71,8 +73,12 @@ class Compiled:
     target: TargetSpec
     executable: object  # tvm.relax.Executable
     analysis: Analysis
-    database: Path | None
     seconds: float
+
+    @property
+    def database(self) -> Path | None:
+        """The tuning database the build applied."""
+        return self.analysis.database
 
 
 def default_database(target: TargetSpec) -> Path | None:
@@ -115,8 +121,10 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
         options.dump_ir.mkdir(parents=True, exist_ok=True)
         (options.dump_ir / "00_import.py").write_text(model.mod.script(show_meta=False))
     rules = load_rules(target.rules_section, options.fusion_rules)
-    pipeline_options = pipeline.PipelineOptions(rules, _database(target, options),
-                                                options.verify_fusion)
+    # The database matters only to a run that reaches the schedule phases; resolving it reads
+    # and checks every record, so a run that stops before them skips it.
+    analysis.database = _database(target, options) if until is None else None
+    pipeline_options = pipeline.PipelineOptions(rules, analysis.database, options.verify_fusion)
     mod = pipeline.run(model.mod, target, pipeline_options, until=until, on_phase=on_phase)
     return mod, analysis
 
@@ -174,13 +182,13 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
     """Run the tvmfuse pipeline on ``model`` and build it for ``target``."""
     import tvm  # noqa: PLC0415
 
-    database = _database(target, options)
-    log.info("compiling %s for %s (%s); tuning database: %s", model.source, target.name,
-             target.description, database or "none")
+    log.info("compiling %s for %s (%s)", model.source, target.name, target.description)
     start = time.perf_counter()
     try:
         lowered, analysis = analyze(model, target, options, until=None)
         executable = tvm.compile(lowered, target=target.tvm_target(), relax_pipeline=None)
+    except TvmfuseError:
+        raise
     except Exception as err:  # noqa: BLE001 - TVM raises builtin types from C++; one line for users
         raise TvmfuseError(
             f"TVM failed to compile {model.source} for {target.name}: "
@@ -191,12 +199,14 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
         _dump_device_sources(executable, options.dump_ir)
     log.info("compiled to %d kernel launches (%d fusion groups) in %.1f s",
              len(analysis.kernels), len(analysis.groups), seconds)
-    if database is not None:
+    if analysis.database is None:
+        log.info("no tuning database: every kernel runs with a default schedule")
+    else:
         untuned = analysis.untuned
-        log.info("%d of %d kernel launches use tuned schedules; untuned: %s",
-                 len(analysis.kernels) - len(untuned), len(analysis.kernels),
+        log.info("tuning database %s: %d of %d kernel launches use tuned schedules; untuned: %s",
+                 analysis.database, len(analysis.kernels) - len(untuned), len(analysis.kernels),
                  ", ".join(sorted(set(untuned))) or "none")
-    return Compiled(model, target, executable, analysis, database, seconds)
+    return Compiled(model, target, executable, analysis, seconds)
 
 
 def _dump_device_sources(executable, folder: Path) -> None:

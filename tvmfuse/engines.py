@@ -65,7 +65,7 @@ def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -
     import tvm  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
 
-    from .runtime import _flatten  # noqa: PLC0415
+    from .runtime import to_numpy  # noqa: PLC0415
 
     device = tvm.cuda(0) if ctx.target.device == "cuda" else tvm.cpu(0)
     vm = relax.VirtualMachine(executable, device)
@@ -76,7 +76,7 @@ def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -
         main(*args)
         device.sync()
 
-    return Engine(name, run, lambda: [t.numpy() for t in _flatten(main(*args))], 0.0, kernels)
+    return Engine(name, run, lambda: to_numpy(main(*args)), 0.0, kernels)
 
 
 def _tvmfuse(ctx: BenchContext) -> Engine:

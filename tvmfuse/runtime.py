@@ -32,7 +32,7 @@ class Deployed:
     def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Run one inference; checks every input against the manifest first."""
         self.check_inputs(arrays)
-        return [t.numpy() for t in _flatten(self.vm["main"](*self._to_device(arrays)))]
+        return to_numpy(self.vm["main"](*self._to_device(arrays)))
 
     def check_inputs(self, arrays: list[np.ndarray]) -> None:
         if len(arrays) != len(self.inputs):
@@ -93,7 +93,8 @@ def load(path: str | Path) -> Deployed:
     )
 
 
-def _flatten(result) -> list:
+def to_numpy(result) -> list[np.ndarray]:
+    """A VM result (a tensor, or nested tuples of them) as a flat list of numpy arrays."""
     if hasattr(result, "numpy"):
-        return [result]
-    return [leaf for item in result for leaf in _flatten(item)]
+        return [result.numpy()]
+    return [leaf for item in result for leaf in to_numpy(item)]

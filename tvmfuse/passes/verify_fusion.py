@@ -150,11 +150,11 @@ def _random(shape, dtype: str, seed: int) -> np.ndarray:
 
 
 def _run(executable, inputs, device) -> list[np.ndarray]:
-    from ..runtime import _flatten  # noqa: PLC0415
+    from ..runtime import to_numpy  # noqa: PLC0415
 
     vm = relax.VirtualMachine(executable, device)
     result = vm["main"](*[tvm.runtime.tensor(a, device) for a in inputs])
-    return [t.numpy() for t in _flatten(result)]
+    return to_numpy(result)
 
 
 def _first_line(err: BaseException) -> str:
