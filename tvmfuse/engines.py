@@ -157,6 +157,10 @@ def _onnxruntime(ctx: BenchContext) -> Engine:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = ctx.threads
     options.inter_op_num_threads = 1
+    # ORT's idle workers spin after each run; interleaved with other engines on the same cores
+    # that spinning took the cores from the next engine (tvmfuse's ResNet-50 measured 61 ms
+    # alone, 100 ms right after ORT runs).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(str(path), options, providers=providers)
     feed = {i.name: a for i, a in zip(session.get_inputs(), ctx.inputs)}
 

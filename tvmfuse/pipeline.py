@@ -13,10 +13,10 @@ import tvm
 from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
 from tvm.relax.backend.cuda import pipeline as cuda_backend
-from tvm.s_tir import dlight as dl
 
+from . import strategy
 from .passes import (
-    ApplyDefaultSchedule, FoldBatchNorm, FoldMatmulReshape, MergeParallelMatmul, VerifyFusion,
+    ApplyScheduleRules, FoldBatchNorm, FoldMatmulReshape, MergeParallelMatmul, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -48,13 +48,15 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
     rules = options.rules
     return [
         # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers, and
-        #    parallel matmuls on one input into one GEMM.
+        #    parallel matmuls on one input into one GEMM; then the strategy's layouts (NHWC convs
+        #    on CPUs), weights transposed here, at build time.
         Phase("fold", tvm.transform.Sequential([
             relax.transform.FoldConstant(),
             _if(rules["fold_batch_norm"].enabled, FoldBatchNorm()),
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,
                 MergeParallelMatmul(rules["horizontal_matmul"].max_group_size)),
+            *strategy.layout_passes(target, rules["conv_layout_nhwc"].enabled),
         ])),
         # 2. Canonicalize: what BatchNorm is left becomes arithmetic, and the `(out, mean, var)[0]`
         #    tuple it leaves is folded away so fusion can see through it.
@@ -81,9 +83,10 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             _group_builder(target, options), _device_here(target), TOLERANCE,
         ))),
         Phase("fuse_tir", relax.transform.FuseTIR()),
-        # 7. Schedules: tuned records first, then the default rules for what is left.
+        # 7. Schedules: tuned records first, then the hand-written rules from schedules/, then
+        #    TVM's defaults for what is left (see strategy.py).
         Phase("apply_database", tvm.transform.Sequential(_apply_database(options.database))),
-        Phase("default_schedule", tvm.transform.Sequential(_default_schedules(tvm_target))),
+        Phase("schedule", ApplyScheduleRules(*strategy.schedule_rules(target))),
         # 8. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
         Phase("lower", tvm.transform.Sequential(
             _backend(tvm_target).dataflow_lower_passes(tvm_target)
@@ -96,7 +99,7 @@ def _group_builder(target: TargetSpec, options: PipelineOptions):
     """Build a module holding one fused group the way the pipeline builds a model."""
     def build(mod: tvm.IRModule):
         for phase in phases(target, replace(options, verify_fusion=False)):
-            if phase.name in ("fuse_tir", "apply_database", "default_schedule", "lower"):
+            if phase.name in ("fuse_tir", "apply_database", "schedule", "lower"):
                 mod = phase.transform(mod)
         return tvm.compile(mod, target=target.tvm_target(), relax_pipeline=None)
 
@@ -122,17 +125,6 @@ def _apply_database(database: Path | None) -> list[tvm.transform.Pass]:
     if database is None:
         return []
     return [relax.transform.MetaScheduleApplyDatabase(str(database))]
-
-
-def _default_schedules(target: tvm.target.Target) -> list[tvm.transform.Pass]:
-    if target.kind.name == "cuda":
-        # GPU kernels must be bound to threads before they can build at all.
-        return [ApplyDefaultSchedule(
-            [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-             dl.gpu.Fallback()],
-            small_reduction_rules=[dl.gpu.Fallback()],
-        )]
-    return []
 
 
 def run(mod: tvm.IRModule, target: TargetSpec, options: PipelineOptions, *, until: str | None = None,

@@ -27,6 +27,16 @@ _CUDA_SM90 = {
 
 
 @dataclass(frozen=True)
+class Vector:
+    """A CPU's vector unit, as the hand-written schedules see it."""
+
+    #: float32 lanes of one vector register (AVX-512: 16, SSE and NEON: 4).
+    lanes: int
+    #: Architectural vector registers (AVX-512 and NEON: 32, SSE: 16).
+    registers: int
+
+
+@dataclass(frozen=True)
 class TargetSpec:
     """A named compilation target.
 
@@ -46,6 +56,8 @@ class TargetSpec:
         Cross linker for ``export_library``; None links with the host compiler.
     cpu_flags : tuple of str
         CPU features the library needs at run time (checked before running here).
+    vector : Vector or None
+        The vector unit CPU schedules block for; None on GPUs.
     rules_section : str
         The section of the fusion rules file that overrides the defaults for this target.
     """
@@ -59,6 +71,7 @@ class TargetSpec:
     rules_section: str
     cross_cc: str | None = None
     cpu_flags: tuple[str, ...] = field(default=())
+    vector: Vector | None = None
 
     def tvm_target(self):
         import tvm  # noqa: PLC0415 - keep `import tvmfuse` light
@@ -131,6 +144,7 @@ def _avx512() -> TargetSpec:
         description=f"this host's x86-64 CPU with AVX-512 ({cpu}, {_host_cores()} cores)",
         rules_section="avx512",
         cpu_flags=("avx512f",),
+        vector=Vector(lanes=16, registers=32),
     )
 
 
@@ -143,6 +157,7 @@ def _x86_64() -> TargetSpec:
         arch="x86_64",
         description="any x86-64 CPU (SSE2 only)",
         rules_section="x86-64",
+        vector=Vector(lanes=4, registers=16),
     )
 
 
@@ -156,6 +171,7 @@ def _arm64() -> TargetSpec:
         description="64-bit ARM Linux with NEON, cross-linked with aarch64-linux-gnu-g++",
         rules_section="arm64",
         cross_cc="aarch64-linux-gnu-g++",
+        vector=Vector(lanes=4, registers=32),
     )
 
 

@@ -1,9 +1,9 @@
 """tvmfuse's own Relax passes, one per file (verb_object.py holds VerbObject)."""
 
-from .apply_default_schedule import ApplyDefaultSchedule
+from .apply_schedule_rules import ApplyScheduleRules
 from .fold_batch_norm import FoldBatchNorm
 from .fold_matmul_reshape import FoldMatmulReshape
 from .merge_parallel_matmul import MergeParallelMatmul
 from .verify_fusion import VerifyFusion
 
-__all__ = ["ApplyDefaultSchedule", "FoldBatchNorm", "FoldMatmulReshape", "MergeParallelMatmul", "VerifyFusion"]
+__all__ = ["ApplyScheduleRules", "FoldBatchNorm", "FoldMatmulReshape", "MergeParallelMatmul", "VerifyFusion"]

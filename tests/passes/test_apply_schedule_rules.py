@@ -5,7 +5,7 @@ from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from tvmfuse import api
-from tvmfuse.passes import ApplyDefaultSchedule
+from tvmfuse.passes import ApplyScheduleRules
 
 CUDA = api.get_target("cuda-sm90").tvm_target()
 
@@ -30,18 +30,18 @@ def _relu_module():
 def test_a_rule_that_raises_falls_through_to_the_next(caplog):
     mod = _relu_module()
     with CUDA, caplog.at_level(logging.WARNING):
-        scheduled = ApplyDefaultSchedule([Broken(), dl.gpu.Fallback()])(mod)
+        scheduled = ApplyScheduleRules([Broken(), dl.gpu.Fallback()])(mod)
     (prim,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     assert prim.attrs["tirx.is_scheduled"]
     assert "threadIdx.x" in prim.script()
-    assert "schedule rule Broken failed on relu" in caplog.text
+    assert "schedule rule dlight.Broken failed on relu" in caplog.text
     tvm.compile(scheduled, target=CUDA)  # bound to threads: it builds
 
 
 def test_no_rule_applies_leaves_the_kernel_alone():
     mod = _relu_module()
     with CUDA:
-        after = ApplyDefaultSchedule([dl.gpu.Matmul()])(mod)
+        after = ApplyScheduleRules([dl.gpu.Matmul()])(mod)
     tvm.ir.assert_structural_equal(after, mod)
 
 
@@ -64,7 +64,7 @@ def _depthwise_module():
 
 def test_small_reductions_go_to_their_own_rules():
     with CUDA:
-        scheduled = ApplyDefaultSchedule([Refuses()], small_reduction_rules=[dl.gpu.Fallback()])(
+        scheduled = ApplyScheduleRules([Refuses()], small_reduction_rules=[dl.gpu.Fallback()])(
             _depthwise_module())
     (prim,) = [f for f in scheduled.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
     assert prim.attrs["tirx.is_scheduled"]

@@ -1,4 +1,10 @@
-"""ApplyDefaultSchedule: dlight's default GPU schedules, one kernel at a time, with fallback.
+"""ApplyScheduleRules: the first schedule rule that fits each kernel, with fallback, and a record
+of which one it was.
+
+The rules are dlight ``ScheduleRule``s: tvmfuse's hand-written CPU schedules
+(:mod:`tvmfuse.schedules.cpu`) or dlight's GPU rules (see :mod:`tvmfuse.strategy`). Every kernel
+this pass schedules carries the rule's name in its ``tvmfuse.schedule`` attribute, so the build
+can report the implementation each kernel got.
 
 dlight's own pass stops the whole build when a rule raises on one kernel (seen on MobileNetV2's
 fused kernels: "consumers of the cache-write stage that are not properly inlined"). Here a rule
@@ -26,9 +32,18 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 log = logging.getLogger(__name__)
 
 
-@tvm.transform.module_pass(opt_level=0, name="ApplyDefaultSchedule")
-class ApplyDefaultSchedule:
-    """Schedule every unscheduled PrimFunc with the first dlight rule that applies and works."""
+#: The PrimFunc attribute naming the rule that scheduled a kernel.
+SCHEDULE_ATTR = "tvmfuse.schedule"
+
+
+def rule_name(rule) -> str:
+    """``rule.name`` for tvmfuse's rules, ``dlight.<Class>`` for dlight's."""
+    return getattr(rule, "name", None) or f"dlight.{type(rule).__name__}"
+
+
+@tvm.transform.module_pass(opt_level=0, name="ApplyScheduleRules")
+class ApplyScheduleRules:
+    """Schedule every unscheduled PrimFunc with the first rule that applies and works."""
 
     def __init__(self, rules, small_reduction_rules=(), small_reduction: int = 64):
         self.rules = list(rules)
@@ -49,14 +64,15 @@ class ApplyDefaultSchedule:
                     space = rule.apply(func, target, False)
                 except Exception as err:  # noqa: BLE001 - a rule failing is a reason to try the next
                     log.warning("schedule rule %s failed on %s (%s); trying the next rule",
-                                type(rule).__name__, gvar.name_hint,
+                                rule_name(rule), gvar.name_hint,
                                 str(err).strip().splitlines()[-1][:160])
                     continue
                 if space is None:
                     continue
                 sch = space[0] if isinstance(space, list) else space
-                updated[gvar] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
-                log.debug("%s scheduled by dlight's %s", gvar.name_hint, type(rule).__name__)
+                updated[gvar] = sch.mod["main"].with_attrs(
+                    {"tirx.is_scheduled": True, SCHEDULE_ATTR: rule_name(rule)})
+                log.debug("%s scheduled by %s", gvar.name_hint, rule_name(rule))
                 break
         return updated
 

@@ -1,0 +1,26 @@
+"""Hand-written schedules for CPUs (AVX-512, AVX2/SSE, NEON), one file per op family.
+
+The rules are written once for any LLVM CPU and take the vector unit (:class:`Vector`) as a
+parameter: what differs between AVX-512 and NEON here is the width of a register and how many
+there are, which set the register tile; LLVM picks the instructions (``vfmadd231ps`` on zmm
+registers for AVX-512, ``fmla`` for NEON). :func:`rules` lists them in the order the schedule
+phase tries them: the first that returns a schedule wins.
+"""
+
+from __future__ import annotations
+
+from ._tir import Vector
+from .conv2d import Conv2D, DepthwiseConv2D
+from .dense import Dense
+from .elementwise import Elementwise, Parallel
+from .pool import Pool
+from .reduction import RowReduction
+
+__all__ = ["Conv2D", "Dense", "DepthwiseConv2D", "Elementwise", "Parallel", "Pool",
+           "RowReduction", "Vector", "rules"]
+
+
+def rules(vector: Vector) -> list:
+    """The CPU schedule rules for ``vector``, most specific first, the catch-all last."""
+    return [Conv2D(vector), DepthwiseConv2D(vector), Dense(vector), Pool(vector),
+            RowReduction(vector), Elementwise(vector), Parallel(vector)]

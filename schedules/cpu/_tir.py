@@ -1,0 +1,90 @@
+"""TensorIR helpers shared by the CPU schedule rules: find a kernel's anchor, inline its epilogue,
+parallelize and vectorize loop nests."""
+
+from __future__ import annotations
+
+from tvm import s_tir, tirx
+
+from tvmfuse.targets import Vector
+
+#: Below this many output elements a kernel runs on one thread: waking the pool costs more.
+MIN_PARALLEL_ELEMENTS = 4096
+
+
+def root_blocks(sch: s_tir.Schedule) -> list:
+    return list(sch.get_child_blocks(sch.get_sblock("root")))
+
+
+def is_reduction(sch: s_tir.Schedule, block) -> bool:
+    return any(iv.iter_type != tirx.IterVar.DataPar for iv in sch.get(block).iter_vars)
+
+
+def static_extent(sch: s_tir.Schedule, loop) -> int | None:
+    extent = sch.get(loop).extent
+    return int(extent) if isinstance(extent, tirx.IntImm) else None
+
+
+def lanes_for(extent: int | None, max_lanes: int) -> int:
+    """The widest power-of-two vector (at most ``max_lanes``) that divides ``extent``."""
+    if extent is None:
+        return 1
+    lanes = max_lanes
+    while lanes > 1 and extent % lanes:
+        lanes //= 2
+    return lanes
+
+
+def loops_match_iters(sch: s_tir.Schedule, block) -> bool:
+    """True when each of the block's loops binds exactly one block iterator, in order (the form
+    LegalizeOps produces, which the rules rely on to tell spatial from reduction loops)."""
+    loops = sch.get_loops(block)
+    if not loops or len(loops) != len(sch.get(block).iter_vars):
+        return False
+    realize = sch.get(loops[-1]).body
+    if not isinstance(realize, s_tir.stmt.SBlockRealize):
+        return False
+    return all(isinstance(value, tirx.Var) and value.same_as(sch.get(loop).loop_var)
+               for value, loop in zip(realize.iter_values, loops))
+
+
+def inline_into_consumers(sch: s_tir.Schedule, blocks: list) -> list:
+    """Inline every block of ``blocks`` that can be; return the ones that could not (outputs)."""
+    kept = []
+    for block in blocks:
+        try:
+            sch.compute_inline(block)
+        except s_tir.ScheduleError:
+            kept.append(block)
+    return kept
+
+
+def parallelize(sch: s_tir.Schedule, block, lanes: int, *, parallel: bool = True) -> None:
+    """Run a spatial loop nest on the thread pool with its innermost loop vectorized.
+
+    The innermost loop is vectorized when ``lanes`` divides it; every other leading spatial loop
+    is fused into one parallel loop when the nest is large enough to pay for the threads.
+    """
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    iters = sch.get(block).iter_vars
+    spatial = len(loops)
+    if len(iters) == len(loops) and loops_match_iters(sch, block):
+        spatial = next((i for i, iv in enumerate(iters) if iv.iter_type != tirx.IterVar.DataPar),
+                       len(loops))
+    if spatial == 0:
+        return
+    total = 1
+    for loop in loops[:spatial]:
+        extent = static_extent(sch, loop)
+        total = total * extent if extent is not None and total is not None else None
+    inner = loops[spatial - 1] if spatial == len(loops) else None
+    vector = lanes_for(static_extent(sch, inner), lanes) if inner is not None else 1
+    outer = loops[:spatial]
+    if vector >= 4:
+        rest, vec = sch.split(inner, [None, vector])
+        sch.vectorize(vec)
+        outer = loops[:spatial - 1] + [rest]
+    if parallel and (total is None or total >= MIN_PARALLEL_ELEMENTS):
+        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
+        sch.parallel(fused)

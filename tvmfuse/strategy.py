@@ -1,0 +1,65 @@
+"""Operator strategy: which implementation each fused kernel gets on a target.
+
+Three levers, applied in this order by the pipeline:
+
+1. **Compute and layout** (before fusion): on CPUs the ``conv_layout_nhwc`` rule converts convs
+   to NHWC activations with HWIO weights, so channels are the contiguous, vectorizable axis and
+   the weights are transposed once at build time (FoldConstant), not at run time.
+2. **Schedules** (after FuseTIR), by precedence: a record from the tuning database, then the
+   first hand-written rule from ``schedules/`` that fits the kernel, then TVM's defaults (dlight
+   on GPUs). :func:`schedule_rules` lists the hand-written and default rules per target.
+3. **Report**: :func:`implementations` reads back which of them every kernel got.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax, tirx
+
+from .passes.apply_schedule_rules import SCHEDULE_ATTR
+from .targets import TargetSpec
+
+#: What a kernel that no rule scheduled and no record covered runs with: TVM's plain lowering.
+DEFAULT = "default"
+#: What a kernel scheduled by a tuning database record runs with.
+TUNED = "tuned"
+
+
+def layout_passes(target: TargetSpec, nhwc: bool) -> list[tvm.transform.Pass]:
+    """Layout conversions for ``target``; constants (the weights) are folded into the new layout."""
+    if not nhwc or target.vector is None:
+        return []
+    return [
+        relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
+        relax.transform.FoldConstant(),
+    ]
+
+
+def schedule_rules(target: TargetSpec) -> tuple[list, list]:
+    """The schedule rules for ``target``, in the order they are tried, and the rules for kernels
+    whose reductions are tiny (GPUs only; see ApplyScheduleRules)."""
+    if target.device == "cuda":
+        from tvm.s_tir import dlight as dl  # noqa: PLC0415
+
+        return ([dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+                 dl.gpu.Fallback()], [dl.gpu.Fallback()])
+    from .schedules import cpu  # noqa: PLC0415
+
+    return cpu.rules(target.vector), []
+
+
+def implementations(mod: tvm.IRModule) -> dict[str, str]:
+    """Kernel name -> the implementation it was built with: ``tuned``, a hand-written rule's
+    name (``cpu.conv2d``), a dlight rule (``dlight.Matmul``) or ``default``."""
+    found = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        attrs = func.attrs or {}
+        if SCHEDULE_ATTR in attrs:
+            found[gvar.name_hint] = str(attrs[SCHEDULE_ATTR])
+        elif attrs.get("tirx.is_scheduled", False):
+            found[gvar.name_hint] = TUNED
+        else:
+            found[gvar.name_hint] = DEFAULT
+    return found
