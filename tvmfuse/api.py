@@ -13,10 +13,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, env, pipeline, runtime
+from . import __version__, env, pipeline, runtime, strategy
 from . import bench as bench_
 from .errors import TvmfuseError
 from .frontend import ImportedModel, count_flops, import_model, import_torch
+from .profile import kernel_flops
 from .report import FusionGroup, Summary, fusion_groups, kernel_calls, summarize
 from .rules import load_rules
 from .targets import TargetSpec, get_target
@@ -58,6 +59,10 @@ class Analysis:
     tuned: set[str] = field(default_factory=set)
     #: The tuning database the run applied (resolved only by runs that reach the schedules).
     database: Path | None = None
+    #: Kernel -> the implementation it got: "tuned", a schedule rule ("cpu.conv2d") or "default".
+    implementations: dict[str, str] = field(default_factory=dict)
+    #: Kernel -> FLOPs of one launch (TVM's estimate, before scheduling).
+    flops: dict[str, float] = field(default_factory=dict)
 
     @property
     def untuned(self) -> list[str]:
@@ -110,9 +115,12 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
         elif name == "fuse_tir":
             analysis.kernels.extend(kernel_calls(mod))
             analysis.summary = summarize(mod)
+            analysis.flops.update(kernel_flops(mod))
         elif name == "apply_database":  # MetaSchedule marks the kernels it gave a record
             analysis.tuned.update(gv.name_hint for gv, f in mod.functions.items()
                                   if f.attrs is not None and f.attrs.get("tirx.is_scheduled"))
+        elif name == "schedule":
+            analysis.implementations.update(strategy.implementations(mod))
         if options.dump_ir is not None:
             index = len(analysis.phase_seconds)
             (options.dump_ir / f"{index:02d}_{name}.py").write_text(mod.script(show_meta=False))

@@ -3,6 +3,11 @@
 Engines run in interleaved rounds (A B C A B C ...) so that drift on a noisy machine hits all of
 them alike. Each engine is warmed up first; a slow engine stops after ``max_seconds`` of timed
 runs (but never before three runs, nor after ``repeat``); the others go on to ``repeat``.
+
+Within a round each engine runs once untimed right before its timed run: thread pools (OpenMP's,
+ONNX Runtime's, TVM's) keep spinning for a while after a run, and the next engine would pay for
+it on the same two cores (measured: tvmfuse's MobileNetV2 took 14.7 ms right after PyTorch eager
+runs, 6.2 ms alone).
 """
 
 from __future__ import annotations
@@ -41,18 +46,22 @@ class Latency:
 def measure(engines: dict[str, Callable[[], object]], *, repeat: int, warmup: int = 1,
             max_seconds: float = math.inf) -> list[Latency]:
     """Time each zero-argument blocking callable in interleaved rounds; see the module doc."""
+    settle = len(engines) > 1
     runs = {}
     for name, run in engines.items():
         start = time.perf_counter()
         for _ in range(warmup):
             run()
         per_run = (time.perf_counter() - start) / max(warmup, 1)
+        per_run *= 2 if settle else 1
         affordable = max_seconds / per_run if per_run > 0 else math.inf
         runs[name] = repeat if affordable >= repeat else min(repeat, max(MIN_RUNS, int(affordable)))
     times: dict[str, list[float]] = {name: [] for name in engines}
     for round_ in range(max(runs.values())):
         for name, run in engines.items():
             if round_ < runs[name]:
+                if settle:
+                    run()
                 start = time.perf_counter()
                 run()
                 times[name].append((time.perf_counter() - start) * 1e3)

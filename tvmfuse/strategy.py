@@ -16,6 +16,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
+from .passes import DecomposeClip
 from .passes.apply_schedule_rules import SCHEDULE_ATTR
 from .targets import TargetSpec
 
@@ -30,6 +31,7 @@ def layout_passes(target: TargetSpec, nhwc: bool) -> list[tvm.transform.Pass]:
     if not nhwc or target.vector is None:
         return []
     return [
+        DecomposeClip(),  # ConvertLayout has no rule for clip (ReLU6)
         relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
         relax.transform.FoldConstant(),
     ]

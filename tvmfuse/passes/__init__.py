@@ -1,9 +1,10 @@
 """tvmfuse's own Relax passes, one per file (verb_object.py holds VerbObject)."""
 
 from .apply_schedule_rules import ApplyScheduleRules
+from .decompose_clip import DecomposeClip
 from .fold_batch_norm import FoldBatchNorm
 from .fold_matmul_reshape import FoldMatmulReshape
 from .merge_parallel_matmul import MergeParallelMatmul
 from .verify_fusion import VerifyFusion
 
-__all__ = ["ApplyScheduleRules", "FoldBatchNorm", "FoldMatmulReshape", "MergeParallelMatmul", "VerifyFusion"]
+__all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldMatmulReshape", "MergeParallelMatmul", "VerifyFusion"]

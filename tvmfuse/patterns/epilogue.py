@@ -20,14 +20,24 @@ def _clip(y: DFPattern) -> DFPattern:
     return is_op("relax.clip")(y, wildcard(), wildcard())
 
 
-def _hardswish(y: DFPattern) -> DFPattern:
-    gate = _clip(_clip(is_op("relax.add")(y, is_const())))
-    return is_op("relax.divide")(is_op("relax.multiply")(y, gate), is_const())
+def _minmax(y: DFPattern) -> DFPattern:
+    """A clip as DecomposeClip leaves it (on CPUs, before the NHWC layout)."""
+    return is_op("relax.minimum")(is_op("relax.maximum")(y, is_const()), is_const())
+
+
+def _hardswish(clip: Callable[[DFPattern], DFPattern]) -> Callable[[DFPattern], DFPattern]:
+    def pattern(y: DFPattern) -> DFPattern:
+        gate = clip(clip(is_op("relax.add")(y, is_const())))
+        return is_op("relax.divide")(is_op("relax.multiply")(y, gate), is_const())
+
+    return pattern
 
 
 #: Activation name -> pattern of the activation applied to ``y`` (ReLU6 is a clip).
 ACTIVATIONS: dict[str, Callable[[DFPattern], DFPattern]] = {
-    "hardswish": _hardswish,
+    "hardswish": _hardswish(_clip),
+    "hardswish_minmax": _hardswish(_minmax),
+    "minmax": _minmax,
     "silu": lambda y: is_op("relax.multiply")(y, is_op("relax.sigmoid")(y)),
     "relu": lambda y: is_op("relax.nn.relu")(y),
     "clip": _clip,
