@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, env, pipeline, runtime, strategy
+from . import __version__, env, pipeline, profile, runtime, strategy
 from . import bench as bench_
 from .errors import TvmfuseError
 from .frontend import ImportedModel, count_flops, import_model, import_torch
-from .profile import kernel_flops
+from .profile import Kernel
 from .report import FusionGroup, Summary, fusion_groups, kernel_calls, summarize
 from .rules import load_rules
 from .targets import TargetSpec, get_target
@@ -61,8 +61,8 @@ class Analysis:
     database: Path | None = None
     #: Kernel -> the implementation it got: "tuned", a schedule rule ("cpu.conv2d") or "default".
     implementations: dict[str, str] = field(default_factory=dict)
-    #: Kernel -> FLOPs of one launch (TVM's estimate, before scheduling).
-    flops: dict[str, float] = field(default_factory=dict)
+    #: Kernel -> its FLOPs per launch and parameter shapes (see tvmfuse.profile).
+    kernel_info: dict[str, Kernel] = field(default_factory=dict)
 
     @property
     def untuned(self) -> list[str]:
@@ -115,7 +115,7 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
         elif name == "fuse_tir":
             analysis.kernels.extend(kernel_calls(mod))
             analysis.summary = summarize(mod)
-            analysis.flops.update(kernel_flops(mod))
+            analysis.kernel_info.update(profile.kernels(mod))
         elif name == "apply_database":  # MetaSchedule marks the kernels it gave a record
             analysis.tuned.update(gv.name_hint for gv, f in mod.functions.items()
                                   if f.attrs is not None and f.attrs.get("tirx.is_scheduled"))

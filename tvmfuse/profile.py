@@ -1,23 +1,35 @@
-"""Per-kernel time and GFLOP/s of a compiled model, measured through the Relax VM's instrument
-hook (the VM calls it before and after every kernel launch)."""
+"""Per-kernel time and GFLOP/s of a compiled model: each distinct kernel is timed alone with TVM's
+``time_evaluator`` on random arguments of its parameter shapes (what MetaSchedule's runner does)
+and counted as many times as the model launches it."""
 
 from __future__ import annotations
 
-import time
+import statistics
+from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
-from tvm import relax, tirx
+from tvm import tirx
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """What the profile needs of one PrimFunc: its FLOPs per launch and its parameters."""
+
+    flops: float
+    #: (shape, dtype) of every parameter, outputs included; None when a dimension is symbolic.
+    params: tuple[tuple[tuple[int, ...], str], ...] | None
 
 
 @dataclass(frozen=True)
 class KernelTime:
-    """One kernel's share of a run: launches per run, median-free mean time per run."""
-
     name: str
     implementation: str
     launches: int
+    #: Milliseconds of all its launches in one run.
     ms: float
+    #: FLOPs of all its launches in one run.
     flops: float
 
     @property
@@ -30,48 +42,55 @@ class KernelTime:
                 "gflops": None if self.gflops is None else round(self.gflops, 1)}
 
 
-def kernel_flops(mod: tvm.IRModule) -> dict[str, float]:
-    """FLOPs of one launch of each PrimFunc of ``mod`` (TVM's estimate: multiply-adds count 2)."""
+def kernels(mod: tvm.IRModule) -> dict[str, Kernel]:
+    """Every PrimFunc of ``mod``: FLOPs (TVM's estimate, a multiply-add counts 2) and params."""
     from tvm.s_tir.analysis import estimate_tir_flops  # noqa: PLC0415
 
-    flops = {}
+    found = {}
     for gvar, func in mod.functions.items():
-        if isinstance(func, tirx.PrimFunc):
-            try:
-                flops[gvar.name_hint] = float(estimate_tir_flops(tvm.IRModule({"main": func})))
-            except Exception:  # noqa: BLE001 - symbolic shapes: no estimate
-                flops[gvar.name_hint] = 0.0
-    return flops
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        try:
+            flops = float(estimate_tir_flops(tvm.IRModule({"main": func})))
+        except Exception:  # noqa: BLE001 - symbolic shapes have no estimate
+            flops = 0.0
+        found[gvar.name_hint] = Kernel(flops, _params(func))
+    return found
 
 
-def profile(executable, device, inputs, implementations: dict[str, str],
-            flops: dict[str, float], *, runs: int = 5) -> list[KernelTime]:
-    """Time every kernel launch of ``runs`` runs of ``main`` (after one warm-up run); the
-    kernels slowest in total first. The hook's own overhead (about a microsecond per launch)
-    is included."""
-    vm = relax.VirtualMachine(executable, device)
-    args = [tvm.runtime.tensor(a, device) for a in inputs]
-    vm["main"](*args)
-    totals: dict[str, float] = {}
-    launches: dict[str, int] = {}
-    started = [0.0]
+def _params(func: tirx.PrimFunc):
+    params = []
+    for param in func.params:
+        buffer = param.ty
+        if not hasattr(buffer, "shape"):
+            return None  # a scalar parameter (a symbolic shape variable)
+        if not all(isinstance(d, tirx.IntImm) for d in buffer.shape):
+            return None
+        params.append((tuple(int(d) for d in buffer.shape), str(buffer.dtype)))
+    return tuple(params)
 
-    def instrument(_func, name, before_run, _ret, *_args):
-        if name not in implementations:
-            return None  # VM builtins (allocation, shape checks)
-        if before_run:
-            started[0] = time.perf_counter()
-        else:
-            totals[name] = totals.get(name, 0.0) + time.perf_counter() - started[0]
-            launches[name] = launches.get(name, 0) + 1
-        return None
 
-    vm.set_instrument(instrument)
-    for _ in range(runs):
-        vm["main"](*args)
-    return sorted(
-        (KernelTime(name, implementations[name], launches[name] // runs, total / runs * 1e3,
-                    flops.get(name, 0.0) * launches[name] / runs)
-         for name, total in totals.items()),
-        key=lambda k: -k.ms,
-    )
+def profile(executable, device, launches: list[str], implementations: dict[str, str],
+            kernels_: dict[str, Kernel], *, min_ms: int = 50) -> list[KernelTime]:
+    """Time each kernel launched in ``launches`` (the model's kernel calls in order); slowest
+    in total first. Kernels with symbolic shapes are left out."""
+    library = executable.mod.imports[0]
+    rng = np.random.default_rng(0)
+    times = []
+    for name, count in Counter(launches).items():
+        kernel = kernels_.get(name)
+        if kernel is None or kernel.params is None:
+            continue
+        args = [tvm.runtime.tensor(_random(rng, shape, dtype), device)
+                for shape, dtype in kernel.params]
+        timer = library.time_evaluator(name, device, number=1, repeat=3, min_repeat_ms=min_ms)
+        ms = statistics.median(timer(*args).results) * 1e3
+        times.append(KernelTime(name, implementations.get(name, "default"), count, ms * count,
+                                kernel.flops * count))
+    return sorted(times, key=lambda k: -k.ms)
+
+
+def _random(rng, shape, dtype):
+    if dtype.startswith(("int", "uint")):
+        return np.zeros(shape, dtype)  # indices (embedding lookups) must stay in range
+    return rng.standard_normal(shape).astype(dtype)

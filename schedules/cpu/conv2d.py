@@ -37,4 +37,5 @@ class DepthwiseConv2D(dl.ScheduleRule):
     def apply(self, func, target, tunable):
         return register_blocked(
             func, self.vector,
-            lambda name: name.startswith(("group_conv2d_nhwc", "depthwise_conv2d_nhwc")))
+            lambda name: name.startswith(("group_conv2d_nhwc", "depthwise_conv2d_nhwc")),
+            inline_large_padding=True)
