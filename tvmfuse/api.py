@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import datetime
 import hashlib
 import json
@@ -28,7 +29,7 @@ DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
 __all__ = ["Analysis", "BuildOptions", "Compiled", "analyze", "benefit", "bench", "build",
            "compile_model", "default_database", "get_target", "import_model", "import_torch", "load",
-           "tune"]
+           "profile_kernels", "tune"]
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,22 @@ def benefit(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> 
     }
 
 
+def profile_kernels(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> list[dict]:
+    """Build ``model`` and time each of its kernels alone on this machine (see
+    :mod:`tvmfuse.profile`): implementation, launches, ms per run and GFLOP/s, slowest first."""
+    import tvm  # noqa: PLC0415
+
+    reason = target.why_not_runnable()
+    if reason is not None:
+        raise TvmfuseError(f"cannot profile {target.name} here: {reason}")
+    compiled = compile_model(model, target, options)
+    device = tvm.cuda(0) if target.device == "cuda" else tvm.cpu(0)
+    analysis = compiled.analysis
+    times = profile.profile(compiled.executable, device, analysis.kernels,
+                            analysis.implementations, analysis.kernel_info)
+    return [t.to_json() for t in times]
+
+
 def _database(target: TargetSpec, options: BuildOptions) -> Path | None:
     if not options.use_database:
         return None
@@ -207,6 +224,10 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
         _dump_device_sources(executable, options.dump_ir)
     log.info("compiled to %d kernel launches (%d fusion groups) in %.1f s",
              len(analysis.kernels), len(analysis.groups), seconds)
+    by_implementation = collections.Counter(analysis.implementations.get(k, strategy.DEFAULT)
+                                            for k in analysis.kernels)
+    log.info("implementations (kernel launches): %s",
+             ", ".join(f"{name} {n}" for name, n in by_implementation.most_common()))
     if analysis.database is None:
         log.info("no tuning database: every kernel runs with a default schedule")
     else:
@@ -279,6 +300,8 @@ def _manifest(compiled: Compiled) -> dict:
         "fusion_groups": [g.to_json() for g in compiled.analysis.groups],
         "database": _database_json(compiled.database),
         "untuned_kernels": sorted(set(compiled.analysis.untuned)) if compiled.database else None,
+        # Kernel -> "tuned", the hand-written schedule rule ("cpu.conv2d"), or "default".
+        "implementations": dict(sorted(compiled.analysis.implementations.items())),
         "compile_seconds": round(compiled.seconds, 2),
     }
 
@@ -305,7 +328,8 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
     from . import engines as engines_  # noqa: PLC0415
     from .verify import relative_error  # noqa: PLC0415
 
-    os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # read when TVM's pool starts
+    # Read when TVM's pool starts: the CLI runs this before any kernel has run.
+    os.environ["TVM_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
     ctx = engines_.BenchContext(
         model=model, target=target, inputs=model.example_inputs, threads=threads,

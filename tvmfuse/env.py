@@ -10,3 +10,15 @@ TUNING_LOGS = Path(os.environ.get("TVMFUSE_TUNING_LOGS", _REPO_ROOT / "tuning_lo
 
 #: Log level of the CLI (DEBUG, INFO, WARNING, ...).
 LOG_LEVEL = os.environ.get("TVMFUSE_LOG_LEVEL", "INFO").upper()
+
+
+def use_all_cores() -> None:
+    """Give TVM's thread pool every core this process may run on, unless TVM_NUM_THREADS says
+    otherwise. TVM's own default halves the core count on x86 (it assumes hyper-threading), which
+    on this 2-core machine ran every kernel on one thread. Must run before the first kernel does:
+    the pool reads the variable when it starts."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    os.environ.setdefault("TVM_NUM_THREADS", str(cores))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import env
 from .errors import TvmfuseError
 from .specs import TensorSpec
 
@@ -64,6 +65,7 @@ class Deployed:
 
 def load(path: str | Path) -> Deployed:
     """Load the build in ``path``; a TvmfuseError says why when it cannot run here."""
+    env.use_all_cores()
     path = Path(path)
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():

@@ -27,7 +27,8 @@ class RowReduction(dl.ScheduleRule):
         if not any(is_reduction(sch, b) for b in blocks) or is_reduction(sch, blocks[-1]):
             return None
         loops = sch.get_loops(blocks[-1])
-        if len(loops) < 2 or not self._reduces_rows(sch, blocks, static_extent(sch, loops[-1])):
+        row = static_extent(sch, loops[-1])
+        if len(loops) < 2 or not self._reduces_rows(sch, blocks, row):
             return None
         try:
             rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
@@ -39,7 +40,6 @@ class RowReduction(dl.ScheduleRule):
             if not is_reduction(sch, block):
                 self._vectorize_row(sch, block)
         total = static_extent(sch, rows)
-        row = static_extent(sch, sch.get_loops(blocks[-1])[-1])
         if total is None or row is None or total * row >= MIN_PARALLEL_ELEMENTS:
             sch.parallel(rows)
         return sch

@@ -1,6 +1,8 @@
 """``tvmfuse inspect``: what fusion buys. Kernels and bytes moved through memory for three
 pipelines side by side (every op its own kernel, TVM's stock FuseOps, tvmfuse), and every group
-tvmfuse fused, with the rule that fused it."""
+tvmfuse fused, with the rule that fused it. ``--profile`` builds the model and times every kernel
+on this machine: its implementation (tuned record, hand-written schedule, default), milliseconds
+per run and GFLOP/s."""
 
 from __future__ import annotations
 
@@ -19,6 +21,13 @@ def add_parser(sub) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.add_argument("--dump-ir", type=Path, metavar="DIR",
                         help="write the IR after each pipeline phase into DIR")
+    parser.add_argument("--profile", action="store_true",
+                        help="build for this machine and time every kernel (implementation, ms, "
+                             "GFLOP/s)")
+    parser.add_argument("--db", type=Path, metavar="DIR",
+                        help="tuning database for --profile (default: the target's under "
+                             "tuning_logs/)")
+    parser.add_argument("--no-db", action="store_true", help="--profile without tuning records")
     parser.set_defaults(handler=handle)
 
 
@@ -30,6 +39,10 @@ def handle(args: argparse.Namespace) -> int:
     options = api.BuildOptions(dump_ir=args.dump_ir, fusion_rules=args.fusion_rules,
                                verify_fusion=args.verify_fusion)
     report = api.benefit(model, target, options)
+    if args.profile:
+        report["kernels"] = api.profile_kernels(
+            model, target, api.BuildOptions(database=args.db, use_database=not args.no_db,
+                                            fusion_rules=args.fusion_rules))
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -53,4 +66,22 @@ def handle(args: argparse.Namespace) -> int:
     for (rule, ops), count in sorted(counts.items(), key=lambda item: (item[0][0], -item[1])):
         groups.add_row(rule, ops, str(count))
     console.print(groups)
+    if args.profile:
+        console.print(_kernel_table(report["kernels"]))
     return 0
+
+
+def _kernel_table(kernels: list[dict]):
+    from rich.table import Table  # noqa: PLC0415
+
+    total = sum(k["ms"] for k in kernels)
+    table = Table(title=f"kernels on this machine, slowest first ({total:.2f} ms in all, each "
+                        f"timed alone)")
+    for column in ("kernel", "implementation", "launches", "ms", "share", "GFLOP/s"):
+        table.add_column(column, justify="left" if column in ("kernel", "implementation")
+                         else "right")
+    for k in kernels:
+        table.add_row(k["kernel"], k["implementation"], str(k["launches"]), f"{k['ms']:.3f}",
+                      f"{k['ms'] / total:.1%}" if total else "-",
+                      "-" if k["gflops"] is None else f"{k['gflops']:.1f}")
+    return table

@@ -1,0 +1,42 @@
+import numpy as np
+import tvm
+from tvm import relax
+
+from tvmfuse import api
+from tvmfuse.passes import DecomposeClip
+
+
+def _module(body):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, 8, 4, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_clip_becomes_maximum_then_minimum():
+    before = _module(lambda bb, x: relax.op.clip(x, 0.0, 6.0))
+    after = DecomposeClip()(before)
+    expected = _module(lambda bb, x: relax.op.minimum(
+        bb.emit(relax.op.maximum(x, relax.const(0.0, "float32"))), relax.const(6.0, "float32")))
+    tvm.ir.assert_structural_equal(after, expected)
+
+
+def test_no_clip_no_change():
+    before = _module(lambda bb, x: relax.op.nn.relu(x))
+    tvm.ir.assert_structural_equal(DecomposeClip()(before), before)
+
+
+def test_relu6_survives_the_nhwc_layout_inside_the_conv_kernel(build_tiny):
+    """MobileNetV2's ReLU6 after the NHWC conversion: fused into the conv, numbers unchanged."""
+    model, folder = build_tiny("tiny-mobilenet")
+    manifest = api.load(folder).manifest
+    rules = {g["rule"] for g in manifest["fusion_groups"]}
+    assert "tvmfuse.conv_epilogue.bias_minmax" in rules
+    assert not any("transpose" in " ".join(g["ops"]) for g in manifest["fusion_groups"])
+    from tvmfuse.verify import verify
+
+    checks = verify(api.load(folder), model)
+    assert max(c.rel_err for c in checks) < 1e-4

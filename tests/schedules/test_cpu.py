@@ -1,0 +1,203 @@
+"""The hand-written CPU schedules: which kernels each rule takes, the loop structure it gives
+them, the instructions it gets from LLVM, and the numbers against PyTorch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax, s_tir, tirx
+
+from tvmfuse import api
+from tvmfuse.schedules import cpu
+from tvmfuse.targets import Vector
+
+AVX512 = api.get_target("avx512")
+VECTOR = AVX512.vector
+rng = np.random.default_rng(0)
+
+
+def _kernel(inputs, body) -> tirx.PrimFunc:
+    """The one fused PrimFunc that LegalizeOps + FuseOps + FuseTIR make of ``body``."""
+    bb = relax.BlockBuilder()
+    params = [relax.Var(name, relax.TensorType(shape, "float32")) for name, shape in inputs]
+    with bb.function("main", params):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, *params))
+        bb.emit_func_output(out)
+    with AVX512.tvm_target():
+        mod = relax.transform.LegalizeOps()(bb.get())
+        mod = relax.transform.AnnotateTIROpPattern()(mod)
+        mod = relax.transform.FuseOps()(mod)
+        mod = relax.transform.FuseTIR()(mod)
+    (func,) = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
+    return func
+
+
+def _run(sch: s_tir.Schedule, arrays: list[np.ndarray], out_shape) -> np.ndarray:
+    func = sch.mod["main"].with_attr("global_symbol", "main")
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=AVX512.tvm_target())
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(a, dev) for a in arrays]
+    out = tvm.runtime.tensor(np.zeros(out_shape, "float32"), dev)
+    lib.mod["main"](*args, out)
+    return out.numpy()
+
+
+def _kinds(sch: s_tir.Schedule, block_name: str) -> list[str]:
+    loops = sch.get_loops(sch.get_sblock(block_name))
+    return [tirx.ForKind(int(sch.get(loop).kind)).name for loop in loops]
+
+
+def _extents(sch: s_tir.Schedule, block_name: str) -> list[int]:
+    return [int(sch.get(loop).extent) for loop in sch.get_loops(sch.get_sblock(block_name))]
+
+
+def _close(actual, expected):
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+def _conv_relu(h, c, o, k, stride, groups=1):
+    def body(bb, x, w, b):
+        y = bb.emit(relax.op.nn.conv2d(x, w, strides=stride, padding=k // 2, groups=groups,
+                                       data_layout="NHWC", kernel_layout="HWIO"))
+        return relax.op.nn.relu(bb.emit(relax.op.add(y, b)))
+
+    return [("x", (1, h, h, c)), ("w", (k, k, c // groups, o)), ("b", (1, 1, 1, o))], body
+
+
+def _torch_conv_relu(x, w, b, k, stride, groups=1):
+    y = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2),
+                                   torch.from_numpy(w).permute(3, 2, 0, 1), stride=stride,
+                                   padding=k // 2, groups=groups)
+    return torch.relu(y + torch.from_numpy(b).reshape(1, -1, 1, 1)).permute(0, 2, 3, 1).numpy()
+
+
+@pytest.mark.parametrize("h,c,o,k,stride", [(14, 32, 64, 3, 1), (16, 8, 32, 1, 2),
+                                            (32, 3, 16, 7, 2)])
+def test_conv2d_register_tile_and_numbers(h, c, o, k, stride):
+    inputs, body = _conv_relu(h, c, o, k, stride)
+    sch = cpu.Conv2D(VECTOR).apply(_kernel(inputs, body), AVX512.tvm_target(), False)
+    assert sch is not None
+    # parallel tiles, then the reduction, then rows x column-blocks (unrolled) x lanes
+    kinds = _kinds(sch, "conv2d_nhwc_update")
+    assert kinds[0] == "PARALLEL" and kinds[-1] == "VECTORIZED"
+    assert kinds[-3:-1] == ["UNROLLED", "UNROLLED"]
+    assert _extents(sch, "conv2d_nhwc_update")[-1] == 16
+    script = sch.mod.script()
+    assert 'scope="local"' in script  # the accumulators
+    assert "T.max(" in script  # ReLU is applied to the tile, in the same kernel
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    out_h = (h + 2 * (k // 2) - k) // stride + 1
+    _close(_run(sch, [x, w, b], (1, out_h, out_h, o)), _torch_conv_relu(x, w, b, k, stride))
+
+
+def test_depthwise_conv2d_vectorizes_channels():
+    inputs, body = _conv_relu(28, 48, 48, 3, 2, groups=48)
+    func = _kernel(inputs, body)
+    assert cpu.Conv2D(VECTOR).apply(func, None, False) is None  # not a dense conv
+    sch = cpu.DepthwiseConv2D(VECTOR).apply(func, None, False)
+    kinds = _kinds(sch, "group_conv2d_nhwc_update")
+    assert kinds[0] == "PARALLEL" and kinds[-1] == "VECTORIZED"
+    assert "pad_temp" not in [b.name_hint for b in _blocks(sch)]  # strided: read through it
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    _close(_run(sch, [x, w, b], (1, 14, 14, 48)), _torch_conv_relu(x, w, b, 3, 2, groups=48))
+
+
+def _blocks(sch):
+    return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+
+
+def _dense(m, k, n, epilogue):
+    def body(bb, x, w, b):
+        y = bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b))
+        return epilogue(y)
+
+    return [("x", (1, m, k)), ("w", (k, n)), ("b", (n,))], body
+
+
+def test_dense_gelu_numbers_and_zmm_fmas():
+    inputs, body = _dense(24, 64, 96, relax.op.nn.gelu)
+    func = _kernel(inputs, body)
+    sch = cpu.Dense(VECTOR).apply(func, None, False)
+    assert sch is not None and "erf" in sch.mod.script()
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    expected = torch.nn.functional.gelu(torch.from_numpy(x) @ torch.from_numpy(w)
+                                        + torch.from_numpy(b)).numpy()
+    _close(_run(sch, [x, w, b], (1, 24, 96)), expected)
+    lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
+                      target=AVX512.tvm_target())
+    asm = lib.mod.inspect_source("asm")
+    fmas = [line for line in asm.splitlines() if "vfmadd" in line and "%zmm" in line]
+    assert len(fmas) >= 16, "the hot loop should be AVX-512 FMAs on zmm registers"
+
+
+def test_dense_rejects_what_it_cannot_vectorize():
+    inputs, body = _dense(8, 16, 3, lambda y: y)  # three columns: no vector of 4 or more
+    assert cpu.Dense(VECTOR).apply(_kernel(inputs, body), None, False) is None
+    conv_inputs, conv_body = _conv_relu(8, 16, 16, 3, 1)
+    assert cpu.Dense(VECTOR).apply(_kernel(conv_inputs, conv_body), None, False) is None
+
+
+@pytest.mark.parametrize("vector,tile", [
+    (Vector(16, 32), (4, 4)),  # AVX-512: 16 accumulators of 16 lanes
+    (Vector(4, 16), (2, 4)),  # SSE: 16 registers, 8 accumulators (ties: more column blocks)
+])
+def test_register_tile_fits_the_register_file(vector, tile):
+    from tvmfuse.schedules.cpu._blocked import choose_tile
+
+    chosen = choose_tile(56, 256, vector)
+    assert (chosen.rows, chosen.blocks) == tile
+    assert chosen.rows * chosen.blocks + chosen.blocks + 1 <= vector.registers
+    assert choose_tile(7, 32, Vector(16, 32)).rows == 7  # 7x7 maps: rows divide the width
+
+
+def test_pool_and_mean():
+    def body(bb, x):
+        pooled = bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 1, layout="NHWC"))
+        return relax.op.nn.relu(pooled)
+
+    x = rng.standard_normal((1, 16, 16, 32)).astype("float32")
+    sch = cpu.Pool(VECTOR).apply(_kernel([("x", x.shape)], body), None, False)
+    expected = torch.relu(torch.nn.functional.max_pool2d(
+        torch.from_numpy(x).permute(0, 3, 1, 2), 3, 2, 1)).permute(0, 2, 3, 1).numpy()
+    _close(_run(sch, [x], (1, 8, 8, 32)), expected)
+    mean = _kernel([("x", (1, 7, 7, 64))], lambda bb, x: relax.op.mean(x, axis=[1, 2]))
+    sch = cpu.Pool(VECTOR).apply(mean, None, False)
+    y = rng.standard_normal((1, 7, 7, 64)).astype("float32")
+    _close(_run(sch, [y], (1, 64)), y.mean(axis=(1, 2)))
+
+
+def test_softmax_and_layer_norm_one_row_per_thread():
+    x = rng.standard_normal((4, 32, 64)).astype("float32")  # big enough for threads
+    softmax = _kernel([("x", x.shape)], lambda bb, x: relax.op.nn.softmax(x))
+    sch = cpu.RowReduction(VECTOR).apply(softmax, None, False)
+    # every block runs inside the parallel loop over rows
+    for block in _blocks(sch):
+        assert _kinds(sch, block.name_hint)[0] == "PARALLEL"
+    _close(_run(sch, [x], x.shape), torch.softmax(torch.from_numpy(x), -1).numpy())
+    g, b = rng.standard_normal(64).astype("float32"), rng.standard_normal(64).astype("float32")
+    ln = _kernel([("x", x.shape), ("g", (64,)), ("b", (64,))],
+                 lambda bb, x, g, b: relax.op.nn.layer_norm(x, g, b, axes=[-1]))
+    sch = cpu.RowReduction(VECTOR).apply(ln, None, False)
+    expected = torch.nn.functional.layer_norm(torch.from_numpy(x), (64,), torch.from_numpy(g),
+                                              torch.from_numpy(b)).numpy()
+    _close(_run(sch, [x, g, b], x.shape), expected)
+    matmul = _kernel(*_dense(8, 32, 16, lambda y: y))  # its reduction is over K, not a row
+    assert cpu.RowReduction(VECTOR).apply(matmul, None, False) is None
+
+
+def test_elementwise_inlines_and_vectorizes():
+    def body(bb, x, y):
+        return relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.permute_dims(x, [1, 0])), y)))
+
+    x = rng.standard_normal((256, 128)).astype("float32")
+    y = rng.standard_normal((128, 256)).astype("float32")
+    func = _kernel([("x", x.shape), ("y", y.shape)], body)
+    sch = cpu.Elementwise(VECTOR).apply(func, None, False)
+    (block,) = _blocks(sch)  # transpose and add inlined into the ReLU
+    assert _kinds(sch, block.name_hint) == ["PARALLEL", "VECTORIZED"]
+    _close(_run(sch, [x, y], (128, 256)), np.maximum(x.T + y, 0))
+    assert cpu.Elementwise(VECTOR).apply(_kernel(*_dense(8, 32, 16, lambda t: t)), None,
+                                         False) is None

@@ -1,0 +1,47 @@
+"""The operator strategy: every kernel of a model gets a recorded implementation, with
+database records first, hand-written schedules next, defaults last."""
+
+import pytest
+
+from tvmfuse import api, strategy
+
+
+@pytest.mark.parametrize("model", ["tiny-resnet", "tiny-mobilenet", "tiny-transformer"])
+def test_every_kernel_has_a_hand_written_schedule_on_avx512(build_tiny, model):
+    _, folder = build_tiny(model, use_database=False)
+    implementations = api.load(folder).manifest["implementations"]
+    assert implementations, "the manifest names each kernel's implementation"
+    assert strategy.DEFAULT not in implementations.values()
+    assert all(impl.startswith("cpu.") for impl in implementations.values())
+
+
+def test_convs_are_nhwc_on_cpus_and_nchw_on_gpus():
+    model = api.import_model("tiny-resnet")
+    options = api.BuildOptions(use_database=False)
+    cpu_mod, _ = api.analyze(model, api.get_target("avx512"), options, until="fold")
+    gpu_mod, _ = api.analyze(model, api.get_target("cuda-sm90"), options, until="fold")
+    assert 'data_layout="NHWC", kernel_layout="HWIO"' in cpu_mod.script(show_meta=False)
+    assert "NHWC" not in gpu_mod.script(show_meta=False)
+
+
+def test_cuda_kernels_get_dlight_rules():
+    model = api.import_model("tiny-transformer")
+    mod, analysis = api.analyze(model, api.get_target("cuda-sm90"),
+                                api.BuildOptions(use_database=False), until="schedule")
+    assert set(analysis.implementations.values()) <= {
+        "dlight.Matmul", "dlight.GEMV", "dlight.Reduction", "dlight.GeneralReduction",
+        "dlight.Fallback"}
+    assert "dlight.Matmul" in analysis.implementations.values()
+
+
+def test_the_layout_rule_can_be_switched_off(tmp_path):
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[avx512]\nconv_layout_nhwc = { enabled = false }\n")
+    model = api.import_model("tiny-resnet")
+    mod, analysis = api.analyze(model, api.get_target("avx512"),
+                                api.BuildOptions(fusion_rules=rules, use_database=False),
+                                until="schedule")
+    assert "NHWC" not in mod.script(show_meta=False)
+    # NCHW convs have no contiguous output-channel axis: the catch-all takes them
+    conv_kernels = [k for k in analysis.implementations if "conv2d" in k]
+    assert conv_kernels and all(analysis.implementations[k] != "cpu.conv2d" for k in conv_kernels)
