@@ -22,7 +22,9 @@ def test_measure_interleaves_and_computes_statistics(monkeypatch):
     clock = FakeClock()
     monkeypatch.setattr(bench.time, "perf_counter", clock)
     order = []
-    costs = {"a": iter([0.5] + [0.001, 0.003, 0.002, 0.010]), "b": iter([0.5] + [0.004] * 4)}
+    # each timed run follows an untimed one (the settle run) of the same engine
+    costs = {"a": iter([0.5] + [x for t in (0.001, 0.003, 0.002, 0.010) for x in (0.2, t)]),
+             "b": iter([0.5] + [0.2, 0.004] * 4)}
 
     def engine(name):
         def run():
@@ -31,7 +33,8 @@ def test_measure_interleaves_and_computes_statistics(monkeypatch):
         return run
 
     a, b = bench.measure({"a": engine("a"), "b": engine("b")}, repeat=4)
-    assert order == ["a", "b"] + ["a", "b"] * 4  # warm-up each, then interleaved rounds
+    # warm-up each, then interleaved rounds of a settle run and a timed run per engine
+    assert order == ["a", "b"] + ["a", "a", "b", "b"] * 4
     assert a.times_ms == pytest.approx((1.0, 3.0, 2.0, 10.0))
     assert (a.median_ms, a.min_ms, a.max_ms) == pytest.approx((2.5, 1.0, 10.0))
     assert b.median_ms == pytest.approx(4.0)

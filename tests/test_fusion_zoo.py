@@ -31,7 +31,7 @@ def _ops(report):
 def test_resnet50_has_no_standalone_batch_norm_relu_or_add(benefit):
     report = benefit("resnet50")
     tvmfuse, stock = report["pipelines"]["tvmfuse"], report["pipelines"]["stock"]
-    assert tvmfuse["kernels"] <= 57 < stock["kernels"]
+    assert tvmfuse["kernels"] <= 58 < stock["kernels"]  # 57 and the input's NHWC transpose
     ops = _ops(report)
     assert ops["conv2d"] == 53
     # Every ReLU (49) and every residual add (16) sits in a conv kernel; BatchNorm is folded
@@ -45,7 +45,8 @@ def test_mobilenet_v2_folds_every_batch_norm_and_relu6_into_its_conv(benefit):
     report = benefit("mobilenet_v2")
     conv_groups = [g for g in report["groups"] if g["rule"].startswith("tvmfuse.conv_epilogue")]
     assert len(conv_groups) == 52  # every conv
-    assert sum("tir_clip" in g["ops"] for g in conv_groups) == 35  # every ReLU6
+    # every ReLU6, as DecomposeClip leaves it for the NHWC layout
+    assert sum(g["ops"][-2:] == ["maximum", "minimum"] for g in conv_groups) == 35
     assert not {"subtract", "divide", "multiply"} & set(_ops(report))
     assert report["pipelines"]["tvmfuse"]["kernels"] < report["pipelines"]["stock"]["kernels"]
 
@@ -72,8 +73,12 @@ class ConvBNReLU(nn.Module):
         return torch.relu(self.bn(self.conv(x)))
 
 
-def test_resnet_conv3x3_bn_relu_block_moves_at_most_38_percent_of_unfused_bytes():
+def test_resnet_conv3x3_bn_relu_block_moves_at_most_38_percent_of_unfused_bytes(tmp_path):
     model = api.import_torch(ConvBNReLU().eval(), [torch.randn(1, 64, 56, 56)])
-    pipelines = api.benefit(model, TARGET, api.BuildOptions())["pipelines"]
+    # The block alone, in the layout it came in: in NHWC a one-block model also moves its input
+    # and output through a transpose each, which a whole network pays once.
+    rules = tmp_path / "nchw.toml"
+    rules.write_text("[avx512]\nconv_layout_nhwc = { enabled = false }\n")
+    pipelines = api.benefit(model, TARGET, api.BuildOptions(fusion_rules=rules))["pipelines"]
     assert pipelines["tvmfuse"]["kernels"] == 1
     assert pipelines["tvmfuse"]["bytes"] <= 0.38 * pipelines["unfused"]["bytes"]

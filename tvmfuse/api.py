@@ -22,10 +22,11 @@ from .profile import Kernel
 from .report import FusionGroup, Summary, fusion_groups, kernel_calls, summarize
 from .rules import load_rules
 from .targets import TargetSpec, get_target
+from .tuning import database as tuning_db
 
 log = logging.getLogger(__name__)
 
-DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+DATABASE_FILES = tuning_db.FILES
 
 __all__ = ["Analysis", "BuildOptions", "Compiled", "analyze", "benefit", "bench", "build",
            "compile_model", "default_database", "get_target", "import_model", "import_torch", "load",
@@ -133,8 +134,12 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
     # The database matters only to a run that reaches the schedule phases; resolving it reads
     # and checks every record, so a run that stops before them skips it.
     analysis.database = _database(target, options) if until is None else None
-    pipeline_options = pipeline.PipelineOptions(rules, analysis.database, options.verify_fusion)
-    mod = pipeline.run(model.mod, target, pipeline_options, until=until, on_phase=on_phase)
+    with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:
+        # corrupt lines and other targets' records are left out of what the build applies
+        applied = (None if analysis.database is None else
+                   tuning_db.usable(analysis.database, target.config, Path(scratch)))
+        pipeline_options = pipeline.PipelineOptions(rules, applied, options.verify_fusion)
+        mod = pipeline.run(model.mod, target, pipeline_options, until=until, on_phase=on_phase)
     return mod, analysis
 
 
@@ -177,30 +182,11 @@ def _database(target: TargetSpec, options: BuildOptions) -> Path | None:
     if not options.use_database:
         return None
     database = options.database or default_database(target)
-    if database is not None:
-        if not _has_database(database):
-            raise TvmfuseError(
-                f"{database} is not a tuning database: it needs {' and '.join(DATABASE_FILES)}"
-            )
-        _check_database(database)
+    if database is not None and not _has_database(database):
+        raise TvmfuseError(
+            f"{database} is not a tuning database: it needs {' and '.join(DATABASE_FILES)}"
+        )
     return database
-
-
-def _check_database(folder: Path) -> None:
-    """Name the file and line of the first record that is not JSON (MetaSchedule would only
-    say "Cannot tokenize")."""
-    for name in DATABASE_FILES:
-        with open(folder / name, encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise TvmfuseError(
-                        f"tuning database {folder / name} line {number} is not valid JSON "
-                        f"({err.msg}); remove that line or build with --no-db"
-                    ) from None
 
 
 def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> Compiled:

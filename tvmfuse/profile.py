@@ -9,8 +9,6 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-import tvm
-from tvm import tirx
 
 
 @dataclass(frozen=True)
@@ -42,8 +40,10 @@ class KernelTime:
                 "gflops": None if self.gflops is None else round(self.gflops, 1)}
 
 
-def kernels(mod: tvm.IRModule) -> dict[str, Kernel]:
+def kernels(mod) -> dict[str, Kernel]:
     """Every PrimFunc of ``mod``: FLOPs (TVM's estimate, a multiply-add counts 2) and params."""
+    import tvm  # noqa: PLC0415 - keep `import tvmfuse.api` light
+    from tvm import tirx  # noqa: PLC0415
     from tvm.s_tir.analysis import estimate_tir_flops  # noqa: PLC0415
 
     found = {}
@@ -58,7 +58,9 @@ def kernels(mod: tvm.IRModule) -> dict[str, Kernel]:
     return found
 
 
-def _params(func: tirx.PrimFunc):
+def _params(func):
+    from tvm import tirx  # noqa: PLC0415
+
     params = []
     for param in func.params:
         buffer = param.ty

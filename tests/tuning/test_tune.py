@@ -23,7 +23,7 @@ def tuned(tmp_path_factory):
 
 def test_tasks_are_ordered_by_share_of_flops(tuned):
     _, _, plans = tuned
-    assert len(plans) == 7  # one per distinct fused kernel
+    assert len(plans) == 8  # one per distinct fused kernel (the input's NHWC transpose too)
     shares = [p.launches * p.flops for p in plans]
     assert shares == sorted(shares, reverse=True)
     assert not any(p.tuned for p in plans)  # a fresh database
@@ -42,7 +42,7 @@ def test_the_database_holds_records_and_a_rerun_skips_them(tuned):
 
 
 def test_build_applies_the_database_and_lists_untuned_kernels(tuned, tmp_path):
-    model, database, _ = tuned
+    model, database, plans = tuned
     compiled = api.compile_model(model, TARGET, api.BuildOptions(database=database))
     assert compiled.database == database
     assert 1 <= len(compiled.analysis.tuned) < len(set(compiled.analysis.kernels))
@@ -51,7 +51,11 @@ def test_build_applies_the_database_and_lists_untuned_kernels(tuned, tmp_path):
     assert manifest["database"]["path"] == str(database)
     assert len(manifest["database"]["sha256"]) == 64
     assert set(manifest["untuned_kernels"]) == set(compiled.analysis.untuned)
-    assert compiled.analysis.kernels[0] not in manifest["untuned_kernels"]  # the stem conv
+    assert plans[0].name not in manifest["untuned_kernels"]  # the stem conv, tuned first
+    # database records come before the hand-written schedules, which take the rest
+    assert manifest["implementations"][plans[0].name] == "tuned"
+    assert {manifest["implementations"][k] for k in manifest["untuned_kernels"]} <= {
+        "cpu.conv2d", "cpu.pool", "cpu.dense", "cpu.elementwise", "cpu.parallel"}
     verify(api.load(folder), model)
 
 

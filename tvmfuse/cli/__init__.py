@@ -9,9 +9,9 @@ import warnings
 
 from .. import __version__, env
 from ..errors import TvmfuseError
-from . import bench, build, inspect, run, tune
+from . import bench, build, db, inspect, run, tune
 
-SUBCOMMANDS = (build, run, inspect, bench, tune)
+SUBCOMMANDS = (build, run, inspect, bench, tune, db)
 
 log = logging.getLogger("tvmfuse")
 

@@ -14,11 +14,14 @@ worker and allows 120 s.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TvmfuseError
+from . import database
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +70,8 @@ def tune(mod, target, database_dir: Path, *, trials: int, trials_per_iter: int =
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
 
     database_dir.mkdir(parents=True, exist_ok=True)
-    database = ms.database.JSONDatabase(work_dir=str(database_dir))
-    tasks, plans = plan_tasks(mod, target, database)
+    existing = ms.database.JSONDatabase(work_dir=str(database_dir))
+    tasks, plans = plan_tasks(mod, target, existing)
     total = sum(p.launches * p.flops for p in plans) or 1.0
     for plan in plans:
         log.info("task %-60s x%d  %5.1f%% of FLOPs%s", plan.name, plan.launches,
@@ -90,17 +93,38 @@ def tune(mod, target, database_dir: Path, *, trials: int, trials_per_iter: int =
         [t for t, _ in todo], work_dir=str(database_dir)
     )
     start = time.perf_counter()
-    ms.tune_tasks(
-        tasks=contexts,
-        task_weights=weights,
-        work_dir=str(database_dir),
-        max_trials_global=trials,
-        num_trials_per_iter=trials_per_iter,
-        builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
-                                        initializer=_import_tensor_intrin),
-        runner=ms.runner.LocalRunner(timeout_sec=60),
-        database=database,
-        cost_model="xgb",
-    )
-    log.info("tuned for %.0f s; records in %s", time.perf_counter() - start, database_dir)
+    # MetaSchedule appends to its files as it goes and numbers workloads in memory, so two jobs
+    # appending to one database would corrupt it. Each job tunes into a private folder, merged
+    # into the database under its lock when the job ends, Ctrl-C included.
+    staging = Path(tempfile.mkdtemp(prefix=".tune-", dir=database_dir))
+    try:
+        ms.tune_tasks(
+            tasks=contexts,
+            task_weights=weights,
+            work_dir=str(database_dir),  # MetaSchedule's logs
+            max_trials_global=trials,
+            num_trials_per_iter=trials_per_iter,
+            builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
+                                            initializer=_import_tensor_intrin),
+            runner=ms.runner.LocalRunner(timeout_sec=60),
+            database=ms.database.JSONDatabase(work_dir=str(staging)),
+            cost_model="xgb",
+        )
+    finally:
+        added = _merge_staging(staging, database_dir)
+        log.info("tuned for %.0f s; %d record(s) added to %s", time.perf_counter() - start,
+                 added, database_dir)
     return plans
+
+
+def _merge_staging(staging: Path, database_dir: Path) -> int:
+    try:
+        if not database.has_database(staging):
+            return 0
+        with database.locked(database_dir):
+            merged = database.read(database_dir)
+            added = database.merge_into(merged, database.read(staging))
+            database.write(merged)
+        return added
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,148 @@
+"""Tuning database hygiene: round trip, merge, purge, corrupt lines, foreign targets, concurrent
+writers, an interrupted tuning job, and the `tvmfuse db` command."""
+
+import json
+import logging
+import multiprocessing
+
+import pytest
+
+from tests.conftest import run_cli
+from tvmfuse import api
+from tvmfuse.tuning import database
+
+HOST = api.get_target("avx512").config
+ARM = api.get_target("arm64").config
+
+
+def _record(workload: int, seconds: float, target: dict = HOST, trace: str = "t") -> list:
+    return [workload, [[[trace]], [seconds], dict(target), []]]
+
+
+def _write(folder, workloads, records, extra_record_lines=()):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / database.WORKLOADS).write_text(
+        "".join(json.dumps([f"h{w}", f"workload-{w}"]) + "\n" for w in workloads))
+    lines = [json.dumps(r) for r in records] + list(extra_record_lines)
+    (folder / database.RECORDS).write_text("".join(line + "\n" for line in lines))
+    return folder
+
+
+def test_round_trip_keeps_every_record(tmp_path):
+    records = [_record(0, 0.002), _record(1, 0.001), _record(1, 0.003, trace="u")]
+    db = database.read(_write(tmp_path / "a", [0, 1], records))
+    database.write(db, tmp_path / "b")
+    again = database.read(tmp_path / "b")
+    assert again.workloads == db.workloads and again.records == records
+    assert again.best_seconds() == pytest.approx({0: 0.002, 1: 0.001})
+
+
+def test_a_corrupt_line_is_named_and_the_rest_loads(tmp_path):
+    folder = _write(tmp_path, [0], [_record(0, 0.002)], ['[0, {"trace": ', "[7, 8]"])
+    db = database.read(folder)
+    assert [str(p) for p in db.problems] == [
+        "database_tuning_record.json line 2: not valid JSON (Expecting value)",
+        "database_tuning_record.json line 3: not a [workload, [trace, run seconds, target, "
+        "args]] record",
+    ]
+    assert len(db.records) == 1
+
+
+def test_purge_drops_failed_foreign_and_orphaned(tmp_path):
+    records = [_record(0, 1e10), _record(1, 0.001), _record(2, 0.002, ARM)]
+    folder = _write(tmp_path, [0, 1, 2], records, ["not json"])
+    db = database.read(folder)
+    dropped = database.purge(db, HOST)
+    assert dropped == {"failed": 1, "other target": 1, "corrupt lines": 1,
+                       "workloads without records": 2}
+    assert db.workloads == [["h1", "workload-1"]]
+    assert db.records == [[0, _record(1, 0.001)[1]]]  # renumbered
+
+
+def test_merge_deduplicates_workloads_and_records(tmp_path):
+    a = database.read(_write(tmp_path / "a", [0, 1], [_record(0, 0.002), _record(1, 0.001)]))
+    b = database.read(_write(tmp_path / "b", [1, 2], [_record(0, 0.003), _record(1, 0.005),
+                                                      _record(0, 0.001)]))
+    # workload-1 at 3 ms is new, workload-2 is new, workload-1 at 1 ms is a's own record
+    assert database.merge_into(a, b) == 2
+    assert [w[1] for w in a.workloads] == ["workload-0", "workload-1", "workload-2"]
+    assert a.records[-1][0] == 2
+    assert database.merge_into(a, b) == 0  # merging again adds nothing
+
+
+def _merge_one(args):
+    into, source = args
+    from pathlib import Path
+
+    with database.locked(Path(into)):
+        dest = database.read(Path(into))
+        database.merge_into(dest, database.read(Path(source)))
+        database.write(dest)
+
+
+def test_concurrent_merges_lose_nothing(tmp_path):
+    into = _write(tmp_path / "into", [], [])
+    sources = [_write(tmp_path / f"s{i}", [i], [_record(0, 0.001 * (i + 1))]) for i in range(8)]
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pool.map(_merge_one, [(str(into), str(s)) for s in sources])
+    db = database.read(into)
+    assert len(db.workloads) == 8 and len(db.records) == 8 and not db.problems
+
+
+def test_a_build_skips_other_targets_records(tmp_path, caplog):
+    folder = _write(tmp_path / "db", [0, 1], [_record(0, 0.001, ARM), _record(1, 0.001)])
+    with caplog.at_level(logging.WARNING):
+        usable = database.usable(folder, HOST, tmp_path / "scratch")
+    assert usable == tmp_path / "scratch"
+    assert "1 record(s) for another target" in caplog.text and '"mtriple"' in caplog.text
+    assert len(database.read(usable).records) == 1
+    only_arm = _write(tmp_path / "arm", [0], [_record(0, 0.001, ARM)])
+    assert database.usable(only_arm, HOST, tmp_path / "scratch2") is None
+    clean = _write(tmp_path / "clean", [0], [_record(0, 0.001)])
+    assert database.usable(clean, HOST, tmp_path / "scratch3") == clean
+
+
+def test_an_interrupted_tuning_job_keeps_its_records(monkeypatch, tmp_path):
+    """Ctrl-C during MetaSchedule: what the job recorded is merged into the database."""
+    import importlib
+
+    from tvm.s_tir import meta_schedule as ms
+
+    tune_module = importlib.import_module("tvmfuse.tuning.tune")  # the package exports tune()
+
+    def interrupted(*, database, **_):
+        workload_line = json.dumps(["h9", "workload-9"])
+        folder = __import__("pathlib").Path(database.path_workload).parent
+        (folder / database_files[0]).write_text(workload_line + "\n")
+        (folder / database_files[1]).write_text(json.dumps(_record(0, 0.004)) + "\n")
+        raise KeyboardInterrupt
+
+    database_files = database.FILES
+    monkeypatch.setattr(ms, "tune_tasks", interrupted)
+    db_dir = tmp_path / "db"
+    model = api.import_model("tiny-resnet")
+    mod, _ = api.analyze(model, api.get_target("avx512"), api.BuildOptions(use_database=False))
+    with api.get_target("avx512").tvm_target(), pytest.raises(KeyboardInterrupt):
+        tune_module.tune(mod, api.get_target("avx512").tvm_target(), db_dir, trials=1,
+                         only=None)
+    db = database.read(db_dir)
+    assert db.records == [[0, _record(0, 0.004)[1]]]
+    assert not list(db_dir.glob(".tune-*"))  # the job's private folder is gone
+
+
+def test_db_cli_check_stats_purge_merge(tmp_path):
+    folder = _write(tmp_path / "db", [0, 1], [_record(0, 1e10), _record(1, 0.001, ARM)],
+                    ["{broken"])
+    check = run_cli("db", "check", str(folder), "--target", "avx512")
+    assert check.returncode == 1
+    assert "database_tuning_record.json line 3: not valid JSON" in check.stdout
+    assert "1 record(s) for another target" in check.stdout
+    stats = json.loads(run_cli("db", "stats", str(folder), "--json").stdout)
+    assert (stats["workloads"], stats["records"], stats["failed_records"]) == (2, 2, 1)
+    purge = run_cli("db", "purge", str(folder), "--target", "avx512")
+    assert purge.returncode == 0, purge.stderr
+    assert run_cli("db", "check", str(folder)).returncode == 0
+    other = _write(tmp_path / "other", [5], [_record(0, 0.002)])
+    merged = run_cli("db", "merge", str(other), "--into", str(tmp_path / "new"))
+    assert merged.returncode == 0, merged.stderr
+    assert len(database.read(tmp_path / "new").records) == 1
