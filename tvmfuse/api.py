@@ -218,8 +218,12 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
         log.info("no tuning database: every kernel runs with a default schedule")
     else:
         untuned = analysis.untuned
-        log.info("tuning database %s: %d of %d kernel launches use tuned schedules; untuned: %s",
-                 analysis.database, len(analysis.kernels) - len(untuned), len(analysis.kernels),
+        seeds = sum(analysis.implementations.get(k, "").startswith(strategy.DATABASE_SEED)
+                    for k in analysis.kernels)
+        log.info("tuning database %s: %d of %d kernel launches have a record (%d searched, %d "
+                 "measured hand-written seeds); without one: %s", analysis.database,
+                 len(analysis.kernels) - len(untuned), len(analysis.kernels),
+                 len(analysis.kernels) - len(untuned) - seeds, seeds,
                  ", ".join(sorted(set(untuned))) or "none")
     return Compiled(model, target, executable, analysis, seconds)
 
@@ -361,10 +365,13 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
 
 
 def tune(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, trials: int,
-         trials_per_iter: int = 4, retune: bool = False, only: list[str] | None = None):
+         trials_per_iter: int = 4, top_k: int | None = None, budget_s: float | None = None,
+         retune: bool = False, only: list[str] | None = None, progress: bool = True):
     """Tune ``model``'s fused kernels (or ``only`` the named ones) for ``target`` into
-    ``options.database`` (default: the target's folder under ``tuning_logs/``); see
-    :mod:`tvmfuse.tuning`. Returns the database folder and the task plans."""
+    ``options.database`` (default: the target's folder under ``tuning_logs/``): hand-written
+    seeds for every kernel, then a MetaSchedule search of ``trials`` over the ``top_k`` kernels
+    that take the most time, within ``budget_s``; see :mod:`tvmfuse.tuning`. Returns the
+    database folder and the task plans."""
     from . import tuning  # noqa: PLC0415
 
     if target.why_not_runnable() is not None:
@@ -373,9 +380,11 @@ def tune(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, tri
     database = options.database or env.TUNING_LOGS / target.key
     mod, _ = analyze(model, target, BuildOptions(fusion_rules=options.fusion_rules,
                                                  use_database=False))
+    rules, _ = strategy.schedule_rules(target)
     with target.tvm_target():
-        plans = tuning.tune(mod, target.tvm_target(), database, trials=trials,
-                            trials_per_iter=trials_per_iter, retune=retune, only=only)
+        plans = tuning.tune(mod, target.tvm_target(), database, trials=trials, rules=rules,
+                            trials_per_iter=trials_per_iter, top_k=top_k, budget_s=budget_s,
+                            retune=retune, only=only, progress=progress)
     return database, plans
 
 

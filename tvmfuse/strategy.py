@@ -18,12 +18,15 @@ from tvm import relax, tirx
 
 from .passes import DecomposeClip
 from .passes.apply_schedule_rules import SCHEDULE_ATTR
+from .tuning.tune import SEED_ANNOTATION
 from .targets import TargetSpec
 
 #: What a kernel that no rule scheduled and no record covered runs with: TVM's plain lowering.
 DEFAULT = "default"
-#: What a kernel scheduled by a tuning database record runs with.
+#: What a kernel scheduled by a searched tuning database record runs with.
 TUNED = "tuned"
+#: Prefix of a kernel whose database record is a measured hand-written seed ("seed:cpu.conv2d").
+DATABASE_SEED = "seed"
 
 
 def layout_passes(target: TargetSpec, nhwc: bool) -> list[tvm.transform.Pass]:
@@ -51,8 +54,9 @@ def schedule_rules(target: TargetSpec) -> tuple[list, list]:
 
 
 def implementations(mod: tvm.IRModule) -> dict[str, str]:
-    """Kernel name -> the implementation it was built with: ``tuned``, a hand-written rule's
-    name (``cpu.conv2d``), a dlight rule (``dlight.Matmul``) or ``default``."""
+    """Kernel name -> the implementation it was built with: ``tuned`` (a searched database
+    record), ``seed:<rule>`` (a database record that is a measured hand-written schedule), a
+    hand-written rule's name (``cpu.conv2d``), a dlight rule (``dlight.Matmul``) or ``default``."""
     found = {}
     for gvar, func in mod.functions.items():
         if not isinstance(func, tirx.PrimFunc):
@@ -61,7 +65,17 @@ def implementations(mod: tvm.IRModule) -> dict[str, str]:
         if SCHEDULE_ATTR in attrs:
             found[gvar.name_hint] = str(attrs[SCHEDULE_ATTR])
         elif attrs.get("tirx.is_scheduled", False):
-            found[gvar.name_hint] = TUNED
+            seed = _seed_rule(func)
+            found[gvar.name_hint] = TUNED if seed is None else f"{DATABASE_SEED}:{seed}"
         else:
             found[gvar.name_hint] = DEFAULT
     return found
+
+
+def _seed_rule(func) -> str | None:
+    """The hand-written rule a database record's schedule came from (``tvmfuse tune`` seeds
+    annotate the root block with it), or None for a searched schedule."""
+    block = getattr(func.body, "block", None)
+    annotations = getattr(block, "annotations", None) or {}
+    value = annotations.get(SEED_ANNOTATION)
+    return None if value is None else str(value)

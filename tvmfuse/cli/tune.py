@@ -18,7 +18,12 @@ def add_parser(sub) -> None:
                             description=__doc__)
     add_model_arguments(parser)
     parser.add_argument("--trials", type=int, default=64, metavar="N",
-                        help="measured candidates in all, over every task (default 64)")
+                        help="searched candidates in all, over the searched tasks (default 64; "
+                             "0: seed every kernel with its hand-written schedule only)")
+    parser.add_argument("--top-k", type=int, metavar="K",
+                        help="search only the K kernels that take the most time")
+    parser.add_argument("--budget", type=_duration, metavar="TIME",
+                        help="wall-clock budget, e.g. 45m, 2h, 600s: the search stops before it")
     parser.add_argument("--trials-per-iter", type=int, default=4, metavar="K",
                         help="candidates per task per round (default 4)")
     parser.add_argument("--db", type=Path, metavar="DIR",
@@ -31,13 +36,28 @@ def add_parser(sub) -> None:
 def handle(args: argparse.Namespace) -> int:
     from .. import api  # noqa: PLC0415
 
-    if args.trials < 1 or args.trials_per_iter < 1:
-        raise TvmfuseError("--trials and --trials-per-iter must be at least 1")
+    if args.trials < 0 or args.trials_per_iter < 1:
+        raise TvmfuseError("--trials must be at least 0 and --trials-per-iter at least 1")
+    if args.top_k is not None and args.top_k < 1:
+        raise TvmfuseError("--top-k must be at least 1")
     target = api.get_target(args.target)
     model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)
     options = api.BuildOptions(database=args.db, fusion_rules=args.fusion_rules)
     database, _ = api.tune(model, target, options, trials=args.trials,
-                           trials_per_iter=args.trials_per_iter, retune=args.retune)
+                           trials_per_iter=args.trials_per_iter, top_k=args.top_k,
+                           budget_s=args.budget, retune=args.retune)
     log.info("build with it: tvmfuse build %s --target %s --db %s -o DIR", args.model,
              target.name, database)
     return 0
+
+
+def _duration(text: str) -> float:
+    """Seconds in "45m", "2h", "90s" or a plain number of seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 45m, 2h or 600s") \
+            from None

@@ -1,14 +1,26 @@
-"""Tune a model's fused kernels with MetaSchedule (XGBoost cost model) into a JSON database.
+"""Tune a model's fused kernels into a JSON database: hand-written seeds first, then MetaSchedule
+(XGBoost cost model) searches over the kernels that take the most time.
 
 Tasks are the PrimFuncs the tvmfuse pipeline produces (after FuseTIR), deduplicated by structure,
-so every launch of the same kernel shape is tuned once. They are ordered by their estimated share
-of the model's FLOPs; a task the database already holds a record for is skipped unless asked to
-retune. Records are appended to the database as they are measured, so an interrupted run keeps
-them and a re-run resumes.
+so every launch of the same kernel shape is tuned once, across models too (a workload already in
+the database is not measured again).
+
+1. **Seed.** Every task without a record gets the hand-written schedule the build would give it
+   (:mod:`tvmfuse.schedules`), measured here and committed as a record whose trace carries the
+   rule's name. The database then covers every kernel, and a search result is applied only where
+   it measured faster than the hand-written schedule.
+2. **Plan.** Tasks are ordered by their measured share of the model's time (seed time x launches);
+   the ``top_k`` largest are searched, the trials split between them, within ``budget_s`` of wall
+   clock when given. The plan is logged first, with an ETA from the measured cost of a trial.
+3. **Search**, one task at a time (MetaSchedule's task scheduler commits nothing until it has been
+   round every task once: 15 minutes without a record on ResNet-50 here), with a progress bar.
+
+Each job writes a private folder that is merged into the database under its lock when the job
+ends, Ctrl-C included: finished records are kept and a re-run resumes.
 
 Measured here: MetaSchedule's default builder re-imports ``tvm.s_tir.tensor_intrin`` in every
 worker (about 22 s on this 2-core machine) and times out; the builder below imports it once per
-worker and allows 120 s.
+worker and allows 120 s. A trial costs about 5-40 s here, mostly building.
 """
 
 from __future__ import annotations
@@ -20,10 +32,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from ..errors import TvmfuseError
 from . import database
 
 log = logging.getLogger(__name__)
+
+#: Root-block annotation naming the hand-written rule of a seed record's schedule.
+SEED_ANNOTATION = "tvmfuse.schedule"
+#: What one search trial is assumed to cost before one has been measured (seconds).
+FIRST_TRIAL_GUESS_S = 20.0
 
 
 @dataclass
@@ -33,7 +52,15 @@ class TaskPlan:
     name: str
     launches: int
     flops: float  # per launch
-    tuned: bool  # the database already holds a record for it
+    tuned: bool  # the database already held a record for it when the job started
+    #: Seconds of one launch with the best record (after seeding), when measured.
+    seconds: float | None = None
+    #: Trials the plan gives the search (0: seed only).
+    trials: int = 0
+
+    @property
+    def share(self) -> float:
+        return (self.seconds or 0.0) * self.launches
 
     def to_json(self) -> dict:
         return dict(self.__dict__)
@@ -44,7 +71,7 @@ def _import_tensor_intrin() -> None:
     import tvm.s_tir.tensor_intrin  # noqa: F401, PLC0415
 
 
-def plan_tasks(mod, target, database):
+def plan_tasks(mod, target, database_):
     """The tasks of ``mod`` (a module after FuseTIR), largest share of FLOPs first, with plans."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
     from tvm.s_tir.analysis import estimate_tir_flops  # noqa: PLC0415
@@ -53,68 +80,179 @@ def plan_tasks(mod, target, database):
     plans = []
     for task in tasks:
         workload = task.dispatched[0]
-        record = database.query_tuning_record(workload, target, task.task_name)
+        record = database_.query_tuning_record(workload, target, task.task_name)
         plans.append(TaskPlan(task.task_name, int(task.weight),
                               float(estimate_tir_flops(workload)), record is not None))
     order = sorted(range(len(tasks)), key=lambda i: -plans[i].launches * plans[i].flops)
     return [tasks[i] for i in order], [plans[i] for i in order]
 
 
-def tune(mod, target, database_dir: Path, *, trials: int, trials_per_iter: int = 4,
-         retune: bool = False, only: list[str] | None = None) -> list[TaskPlan]:
-    """Tune the kernels of ``mod`` (after FuseTIR) for ``target`` into ``database_dir``;
-    ``only`` restricts the run to the named kernels.
-
-    Returns the plan it worked from (``tuned`` as it was before this run).
-    """
+def tune(mod, target, database_dir: Path, *, trials: int, rules: list, trials_per_iter: int = 4,
+         top_k: int | None = None, budget_s: float | None = None, retune: bool = False,
+         only: list[str] | None = None, progress: bool = True) -> list[TaskPlan]:
+    """Seed, plan and search the kernels of ``mod`` (after FuseTIR) for ``target`` into
+    ``database_dir``; see the module docstring. ``rules`` are the target's hand-written schedule
+    rules; ``only`` restricts the run to the named kernels. Returns the plans."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
 
     database_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
     existing = ms.database.JSONDatabase(work_dir=str(database_dir))
     tasks, plans = plan_tasks(mod, target, existing)
-    total = sum(p.launches * p.flops for p in plans) or 1.0
-    for plan in plans:
-        log.info("task %-60s x%d  %5.1f%% of FLOPs%s", plan.name, plan.launches,
-                 100 * plan.launches * plan.flops / total, "  (in the database)" if plan.tuned else "")
     if only is not None:
         unknown = sorted(set(only) - {p.name for p in plans})
         if unknown:
             raise TvmfuseError(f"no kernel named {unknown[0]!r} to tune; kernels are: "
                                f"{', '.join(p.name for p in plans)}")
-    todo = [(t, p) for t, p in zip(tasks, plans)
-            if (retune or not p.tuned) and (only is None or p.name in only)]
-    if not todo:
-        log.info("every task has a record in %s; nothing to tune (--retune to search again)",
-                 database_dir)
-        return plans
-    log.info("tuning %d of %d task(s), %d trials in all, %d per task per round", len(todo),
-             len(tasks), trials, trials_per_iter)
-    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        [t for t, _ in todo], work_dir=str(database_dir)
-    )
-    start = time.perf_counter()
-    # MetaSchedule appends to its files as it goes and numbers workloads in memory, so two jobs
-    # appending to one database would corrupt it. Each job tunes into a private folder, merged
-    # into the database under its lock when the job ends, Ctrl-C included.
     staging = Path(tempfile.mkdtemp(prefix=".tune-", dir=database_dir))
     try:
-        ms.tune_tasks(
-            tasks=contexts,
-            task_weights=weights,
-            work_dir=str(database_dir),  # MetaSchedule's logs
-            max_trials_global=trials,
-            num_trials_per_iter=trials_per_iter,
-            builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
-                                            initializer=_import_tensor_intrin),
-            runner=ms.runner.LocalRunner(timeout_sec=60),
-            database=ms.database.JSONDatabase(work_dir=str(staging)),
-            cost_model="xgb",
-        )
+        job = ms.database.JSONDatabase(work_dir=str(staging))
+        for task, plan in zip(tasks, plans):
+            if only is None or plan.name in only:
+                plan.seconds = _seed(task, plan, target, rules, existing, job)
+        _plan_search(plans, trials, top_k, retune, only, trials_per_iter)
+        _log_plan(plans, budget_s)
+        _search([(t, p) for t, p in zip(tasks, plans) if p.trials], target, database_dir, job,
+                trials_per_iter, started, budget_s, progress)
     finally:
         added = _merge_staging(staging, database_dir)
-        log.info("tuned for %.0f s; %d record(s) added to %s", time.perf_counter() - start,
+        log.info("tuned for %.0f s; %d record(s) added to %s", time.perf_counter() - started,
                  added, database_dir)
     return plans
+
+
+def _seed(task, plan: TaskPlan, target, rules, existing, job) -> float | None:
+    """Measure the task's best existing record, or seed it with the hand-written schedule.
+    Returns seconds per launch (None when neither exists or it cannot run here)."""
+    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+
+    workload = task.dispatched[0]
+    record = existing.query_tuning_record(workload, target, task.task_name)
+    if record is not None:
+        run_secs = [float(s) for s in record.run_secs or []]
+        return min(run_secs) if run_secs else None
+    hand_written = _hand_written(workload["main"], target, rules)
+    if hand_written is None:
+        return None
+    seconds = _measure(hand_written.mod["main"], target)
+    job.commit_tuning_record(ms.database.TuningRecord(
+        hand_written.trace, job.commit_workload(workload), [seconds], target,
+        ms.arg_info.ArgInfo.from_prim_func(workload["main"])))
+    log.debug("seeded %s: %.3f ms", plan.name, seconds * 1e3)
+    return seconds
+
+
+def _hand_written(func, target, rules):
+    """The first rule's schedule of ``func``, its root block annotated with the rule's name so
+    the trace says where it came from."""
+    from ..passes.apply_schedule_rules import rule_name  # noqa: PLC0415
+
+    for rule in rules:
+        try:
+            sch = rule.apply(func, target, False)
+        except Exception:  # noqa: BLE001 - the build falls through to the next rule likewise
+            continue
+        if sch is not None:
+            sch.annotate(sch.get_sblock("root"), SEED_ANNOTATION, rule_name(rule))
+            return sch
+    return None
+
+
+def _measure(func, target) -> float:
+    """Seconds per call of ``func`` on this machine, as MetaSchedule's runner measures it."""
+    import tvm  # noqa: PLC0415
+
+    library = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                          target=target)
+    rng = np.random.default_rng(0)
+    args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.ty.shape]).astype(
+        str(p.ty.dtype)), tvm.cpu()) for p in func.params]
+    timer = library.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=3, min_repeat_ms=100)
+    return float(min(timer(*args).results))
+
+
+def _plan_search(plans: list[TaskPlan], trials: int, top_k: int | None, retune: bool,
+                 only: list[str] | None, trials_per_iter: int) -> None:
+    """Give the search's trials to the tasks with the largest measured share of time."""
+    candidates = [p for p in plans if (retune or not p.tuned) and (only is None or p.name in only)]
+    candidates.sort(key=lambda p: -p.share)
+    if top_k is not None:
+        candidates = candidates[:top_k]
+    if trials <= 0 or not candidates:
+        return
+    candidates = candidates[:max(1, trials // trials_per_iter)]  # at least one round each
+    total = sum(p.share for p in candidates) or 1.0
+    left = trials
+    for plan in candidates:  # in proportion to the share of time, in whole rounds
+        rounds = max(1, round(trials * plan.share / total / trials_per_iter))
+        plan.trials = min(left, rounds * trials_per_iter)
+        left -= plan.trials
+
+
+def _log_plan(plans: list[TaskPlan], budget_s: float | None) -> None:
+    total = sum(p.share for p in plans) or 1.0
+    for p in sorted(plans, key=lambda p: -p.share):
+        log.info("task %-58s x%-3d %6.3f ms %5.1f%% of time  %s", p.name, p.launches,
+                 (p.seconds or 0) * 1e3, 100 * p.share / total,
+                 f"search {p.trials} trials" if p.trials else
+                 "in the database" if p.tuned else "hand-written seed")
+    searched = sum(p.trials for p in plans)
+    eta = searched * FIRST_TRIAL_GUESS_S
+    log.info("plan: %d task(s), %d searched with %d trials; ETA about %s%s", len(plans),
+             sum(1 for p in plans if p.trials), searched, _minutes(eta),
+             "" if budget_s is None else f" (budget {_minutes(budget_s)})")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started: float,
+            budget_s: float | None, progress: bool) -> None:
+    """MetaSchedule's evolutionary search, one task at a time, within the budget."""
+    from tqdm import tqdm  # noqa: PLC0415
+    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+
+    total = sum(p.trials for _, p in todo)
+    if not total:
+        return
+    per_trial = FIRST_TRIAL_GUESS_S
+    done, searching = 0, 0.0
+    bar = tqdm(total=total, unit="trial", disable=not progress, desc="search")
+    try:
+        for task, plan in todo:
+            elapsed = time.perf_counter() - started
+            if budget_s is not None and elapsed + per_trial * trials_per_iter > budget_s:
+                log.warning("budget spent (%s): %s and %d other task(s) not searched",
+                            _minutes(budget_s), plan.name,
+                            len(todo) - [p for _, p in todo].index(plan) - 1)
+                break
+            trials = plan.trials
+            if budget_s is not None:  # what is left of the budget, in whole rounds
+                affordable = int((budget_s - elapsed) / per_trial) // trials_per_iter
+                trials = max(trials_per_iter, min(trials, affordable * trials_per_iter))
+            bar.set_postfix_str(plan.name[:40])
+            task_start = time.perf_counter()
+            contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
+                [task], work_dir=str(database_dir))
+            ms.tune_tasks(
+                tasks=contexts, task_weights=[1.0], work_dir=str(database_dir),
+                max_trials_global=trials, num_trials_per_iter=trials_per_iter,
+                builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
+                                                initializer=_import_tensor_intrin),
+                runner=ms.runner.LocalRunner(timeout_sec=60),
+                database=job, cost_model="xgb",
+            )
+            searching += time.perf_counter() - task_start
+            done += trials
+            per_trial = searching / done
+            bar.update(trials)
+            best = job.query_tuning_record(task.dispatched[0], target, task.task_name)
+            if best is not None and plan.seconds:
+                log.info("%s: best %.3f ms (hand-written %.3f ms)", plan.name,
+                         min(float(s) for s in best.run_secs) * 1e3, plan.seconds * 1e3)
+    finally:
+        bar.close()
 
 
 def _merge_staging(staging: Path, database_dir: Path) -> int:
