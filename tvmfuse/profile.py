@@ -76,6 +76,8 @@ def profile(executable, device, launches: list[str], implementations: dict[str, 
             kernels_: dict[str, Kernel], *, min_ms: int = 50) -> list[KernelTime]:
     """Time each kernel launched in ``launches`` (the model's kernel calls in order); slowest
     in total first. Kernels with symbolic shapes are left out."""
+    import tvm  # noqa: PLC0415
+
     library = executable.mod.imports[0]
     rng = np.random.default_rng(0)
     times = []
@@ -83,7 +85,7 @@ def profile(executable, device, launches: list[str], implementations: dict[str, 
         kernel = kernels_.get(name)
         if kernel is None or kernel.params is None:
             continue
-        args = [tvm.runtime.tensor(_random(rng, shape, dtype), device)
+        args = [tvm.runtime.tensor(random_array(rng, shape, dtype), device)
                 for shape, dtype in kernel.params]
         timer = library.time_evaluator(name, device, number=1, repeat=3, min_repeat_ms=min_ms)
         ms = statistics.median(timer(*args).results) * 1e3
@@ -92,7 +94,8 @@ def profile(executable, device, launches: list[str], implementations: dict[str, 
     return sorted(times, key=lambda k: -k.ms)
 
 
-def _random(rng, shape, dtype):
-    if dtype.startswith(("int", "uint")):
+def random_array(rng, shape, dtype) -> np.ndarray:
+    """A kernel argument: normal floats, or zeros for integer and boolean tensors."""
+    if dtype.startswith(("int", "uint", "bool")):
         return np.zeros(shape, dtype)  # indices (embedding lookups) must stay in range
     return rng.standard_normal(shape).astype(dtype)

@@ -164,9 +164,11 @@ def _measure(func, target) -> float:
 
     library = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
                           target=target)
+    from ..profile import random_array  # noqa: PLC0415
+
     rng = np.random.default_rng(0)
-    args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.ty.shape]).astype(
-        str(p.ty.dtype)), tvm.cpu()) for p in func.params]
+    args = [tvm.runtime.tensor(random_array(rng, [int(d) for d in p.ty.shape], str(p.ty.dtype)),
+                               tvm.cpu()) for p in func.params]
     timer = library.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=3, min_repeat_ms=100)
     return float(min(timer(*args).results))
 
