@@ -111,3 +111,13 @@ def test_inspect_prints_the_table_and_honours_a_rules_file(tmp_path):
     result = run_cli("inspect", "tiny-resnet")
     assert result.returncode == 0, result.stderr
     assert "unfused" in result.stdout and "tvmfuse.conv_epilogue.bias_relu" in result.stdout
+
+
+def test_inspect_profile_times_every_kernel_with_its_implementation():
+    result = run_cli("inspect", "tiny-resnet", "--profile", "--no-db", "--json")
+    assert result.returncode == 0, result.stderr
+    kernels = json.loads(result.stdout)["kernels"]
+    assert len(kernels) == 8  # every distinct kernel of tiny-resnet, slowest first
+    assert [k["ms"] for k in kernels] == sorted((k["ms"] for k in kernels), reverse=True)
+    convs = [k for k in kernels if "conv2d" in k["kernel"]]
+    assert convs and all(k["implementation"] == "cpu.conv2d" and k["gflops"] > 0 for k in convs)

@@ -366,17 +366,21 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
 
 def tune(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, trials: int,
          trials_per_iter: int = 4, top_k: int | None = None, budget_s: float | None = None,
-         retune: bool = False, only: list[str] | None = None, progress: bool = True):
+         retune: bool = False, only: list[str] | None = None, progress: bool = True,
+         rpc: str | None = None):
     """Tune ``model``'s fused kernels (or ``only`` the named ones) for ``target`` into
     ``options.database`` (default: the target's folder under ``tuning_logs/``): hand-written
     seeds for every kernel, then a MetaSchedule search of ``trials`` over the ``top_k`` kernels
-    that take the most time, within ``budget_s``; see :mod:`tvmfuse.tuning`. Returns the
-    database folder and the task plans."""
+    that take the most time, within ``budget_s``; see :mod:`tvmfuse.tuning`. ``rpc``
+    (``HOST:PORT:KEY``) measures on a device registered with an RPC tracker instead of here.
+    Returns the database folder and the task plans."""
     from . import tuning  # noqa: PLC0415
+    from .tuning.remote import Remote  # noqa: PLC0415
 
-    if target.why_not_runnable() is not None:
-        raise TvmfuseError(f"cannot tune for {target.name} here: {target.why_not_runnable()} "
-                           f"(tuning over RPC is not supported yet)")
+    remote = Remote.parse(rpc) if rpc is not None else None
+    if remote is None and target.why_not_runnable() is not None:
+        raise TvmfuseError(f"cannot tune for {target.name} here: {target.why_not_runnable()}; "
+                           f"measure on a device with --rpc HOST:PORT:KEY")
     database = options.database or env.TUNING_LOGS / target.key
     mod, _ = analyze(model, target, BuildOptions(fusion_rules=options.fusion_rules,
                                                  use_database=False))
@@ -384,7 +388,8 @@ def tune(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, tri
     with target.tvm_target():
         plans = tuning.tune(mod, target.tvm_target(), database, trials=trials, rules=rules,
                             trials_per_iter=trials_per_iter, top_k=top_k, budget_s=budget_s,
-                            retune=retune, only=only, progress=progress)
+                            retune=retune, only=only, progress=progress, remote=remote,
+                            cross_cc=target.cross_cc)
     return database, plans
 
 

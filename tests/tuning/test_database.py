@@ -150,3 +150,24 @@ def test_db_cli_check_stats_purge_merge(tmp_path):
     merged = run_cli("db", "merge", str(other), "--into", str(tmp_path / "new"))
     assert merged.returncode == 0, merged.stderr
     assert len(database.read(tmp_path / "new").records) == 1
+
+
+def test_search_plan_follows_measured_time_within_trials():
+    from tvmfuse.tuning.tune import TaskPlan, _plan_search
+
+    plans = [TaskPlan("a", 1, 1e9, False, seconds=0.001), TaskPlan("b", 4, 1e6, False,
+                                                                    seconds=0.002),
+             TaskPlan("c", 1, 1e9, True, seconds=0.010), TaskPlan("d", 1, 1e3, False,
+                                                                   seconds=1e-6)]
+    _plan_search(plans, trials=12, top_k=2, retune=False, only=None, trials_per_iter=4)
+    # b takes 8 ms a run, a 1 ms; c is in the database already; top 2 of what is left
+    assert {p.name: p.trials for p in plans} == {"a": 4, "b": 8, "c": 0, "d": 0}
+
+
+def test_tune_cli_reads_budgets():
+    from tvmfuse.cli.tune import _duration
+
+    assert (_duration("45m"), _duration("2h"), _duration("90s"), _duration("30")) == (
+        2700, 7200, 90, 30)
+    bad = run_cli("tune", "tiny-resnet", "--budget", "soon")
+    assert bad.returncode == 2 and "not a duration like 45m" in bad.stderr

@@ -28,6 +28,9 @@ def add_parser(sub) -> None:
                         help="candidates per task per round (default 4)")
     parser.add_argument("--db", type=Path, metavar="DIR",
                         help="database folder (default: tuning_logs/<target-key>/)")
+    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
+                        help="measure on the device that registered KEY with the RPC tracker at "
+                             "HOST:PORT (candidates are linked here)")
     parser.add_argument("--retune", action="store_true",
                         help="search again for tasks the database already holds")
     parser.set_defaults(handler=handle)
@@ -45,7 +48,7 @@ def handle(args: argparse.Namespace) -> int:
     options = api.BuildOptions(database=args.db, fusion_rules=args.fusion_rules)
     database, _ = api.tune(model, target, options, trials=args.trials,
                            trials_per_iter=args.trials_per_iter, top_k=args.top_k,
-                           budget_s=args.budget, retune=args.retune)
+                           budget_s=args.budget, retune=args.retune, rpc=args.rpc)
     log.info("build with it: tvmfuse build %s --target %s --db %s -o DIR", args.model,
              target.name, database)
     return 0

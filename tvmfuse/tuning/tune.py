@@ -26,6 +26,7 @@ worker and allows 120 s. A trial costs about 5-40 s here, mostly building.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -36,6 +37,7 @@ import numpy as np
 
 from ..errors import TvmfuseError
 from . import database
+from .remote import Remote, SharedLibraryExport
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,8 @@ class TaskPlan:
     name: str
     launches: int
     flops: float  # per launch
-    tuned: bool  # the database already held a record for it when the job started
+    #: The database already held a searched record for it when the job started.
+    tuned: bool
     #: Seconds of one launch with the best record (after seeding), when measured.
     seconds: float | None = None
     #: Trials the plan gives the search (0: seed only).
@@ -89,10 +92,12 @@ def plan_tasks(mod, target, database_):
 
 def tune(mod, target, database_dir: Path, *, trials: int, rules: list, trials_per_iter: int = 4,
          top_k: int | None = None, budget_s: float | None = None, retune: bool = False,
-         only: list[str] | None = None, progress: bool = True) -> list[TaskPlan]:
+         only: list[str] | None = None, progress: bool = True, remote: Remote | None = None,
+         cross_cc: str | None = None) -> list[TaskPlan]:
     """Seed, plan and search the kernels of ``mod`` (after FuseTIR) for ``target`` into
     ``database_dir``; see the module docstring. ``rules`` are the target's hand-written schedule
-    rules; ``only`` restricts the run to the named kernels. Returns the plans."""
+    rules; ``only`` restricts the run to the named kernels; ``remote`` measures on an RPC device
+    (candidates linked here, with ``cross_cc`` when the device needs it). Returns the plans."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
 
     database_dir.mkdir(parents=True, exist_ok=True)
@@ -109,11 +114,12 @@ def tune(mod, target, database_dir: Path, *, trials: int, rules: list, trials_pe
         job = ms.database.JSONDatabase(work_dir=str(staging))
         for task, plan in zip(tasks, plans):
             if only is None or plan.name in only:
-                plan.seconds = _seed(task, plan, target, rules, existing, job)
+                plan.seconds = _seed(task, plan, target, rules, existing, job,
+                                     Measure(remote, cross_cc))
         _plan_search(plans, trials, top_k, retune, only, trials_per_iter)
         _log_plan(plans, budget_s)
         _search([(t, p) for t, p in zip(tasks, plans) if p.trials], target, database_dir, job,
-                trials_per_iter, started, budget_s, progress)
+                trials_per_iter, started, budget_s, progress, _runner(remote, cross_cc))
     finally:
         added = _merge_staging(staging, database_dir)
         log.info("tuned for %.0f s; %d record(s) added to %s", time.perf_counter() - started,
@@ -121,7 +127,7 @@ def tune(mod, target, database_dir: Path, *, trials: int, rules: list, trials_pe
     return plans
 
 
-def _seed(task, plan: TaskPlan, target, rules, existing, job) -> float | None:
+def _seed(task, plan: TaskPlan, target, rules, existing, job, measure: Measure) -> float | None:
     """Measure the task's best existing record, or seed it with the hand-written schedule.
     Returns seconds per launch (None when neither exists or it cannot run here)."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
@@ -129,17 +135,24 @@ def _seed(task, plan: TaskPlan, target, rules, existing, job) -> float | None:
     workload = task.dispatched[0]
     record = existing.query_tuning_record(workload, target, task.task_name)
     if record is not None:
+        plan.tuned = not is_seed(record.trace)  # a seed alone is no search
         run_secs = [float(s) for s in record.run_secs or []]
         return min(run_secs) if run_secs else None
     hand_written = _hand_written(workload["main"], target, rules)
     if hand_written is None:
         return None
-    seconds = _measure(hand_written.mod["main"], target)
+    seconds = measure(hand_written.mod["main"], target)
     job.commit_tuning_record(ms.database.TuningRecord(
         hand_written.trace, job.commit_workload(workload), [seconds], target,
         ms.arg_info.ArgInfo.from_prim_func(workload["main"])))
     log.debug("seeded %s: %.3f ms", plan.name, seconds * 1e3)
     return seconds
+
+
+def is_seed(trace) -> bool:
+    """Whether a record's trace is a hand-written seed (annotated by :func:`_hand_written`)."""
+    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == SEED_ANNOTATION
+               for inst in trace.insts)
 
 
 def _hand_written(func, target, rules):
@@ -158,19 +171,43 @@ def _hand_written(func, target, rules):
     return None
 
 
-def _measure(func, target) -> float:
-    """Seconds per call of ``func`` on this machine, as MetaSchedule's runner measures it."""
-    import tvm  # noqa: PLC0415
+class Measure:
+    """Seconds per call of a PrimFunc, as MetaSchedule's runner measures it: here, or on an RPC
+    device (one session for the whole job)."""
 
-    library = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
-                          target=target)
-    from ..profile import random_array  # noqa: PLC0415
+    def __init__(self, remote: Remote | None = None, cross_cc: str | None = None):
+        self.remote, self.cross_cc, self._session = remote, cross_cc, None
 
-    rng = np.random.default_rng(0)
-    args = [tvm.runtime.tensor(random_array(rng, [int(d) for d in p.ty.shape], str(p.ty.dtype)),
-                               tvm.cpu()) for p in func.params]
-    timer = library.mod.time_evaluator("main", tvm.cpu(), number=1, repeat=3, min_repeat_ms=100)
-    return float(min(timer(*args).results))
+    def __call__(self, func, target) -> float:
+        import tvm  # noqa: PLC0415
+
+        from ..profile import random_array  # noqa: PLC0415
+
+        library = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                              target=target)
+        kind = "cuda" if target.kind.name == "cuda" else "cpu"
+        if self.remote is None:
+            module, device = library.mod, tvm.device(kind, 0)
+        else:
+            if self._session is None:
+                self._session = self.remote.session()
+            path = SharedLibraryExport(self.cross_cc)(library.mod)
+            self._session.upload(path)
+            module = self._session.load_module(os.path.basename(path))
+            device = self._session.device(kind, 0)
+        rng = np.random.default_rng(0)
+        args = [tvm.runtime.tensor(random_array(rng, [int(d) for d in p.ty.shape],
+                                                str(p.ty.dtype)), device) for p in func.params]
+        timer = module.time_evaluator("main", device, number=1, repeat=3, min_repeat_ms=100)
+        return float(min(timer(*args).results))
+
+
+def _runner(remote: Remote | None, cross_cc: str | None):
+    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+
+    if remote is None:
+        return ms.runner.LocalRunner(timeout_sec=60), None
+    return ms.runner.RPCRunner(remote.runner_config()), SharedLibraryExport(cross_cc)
 
 
 def _plan_search(plans: list[TaskPlan], trials: int, top_k: int | None, retune: bool,
@@ -182,13 +219,17 @@ def _plan_search(plans: list[TaskPlan], trials: int, top_k: int | None, retune: 
         candidates = candidates[:top_k]
     if trials <= 0 or not candidates:
         return
-    candidates = candidates[:max(1, trials // trials_per_iter)]  # at least one round each
+    candidates = candidates[:max(1, trials // trials_per_iter)]  # one round each at least
+    rounds = {p.name: 1 for p in candidates}
+    spare = max(0, trials // trials_per_iter - len(candidates))
     total = sum(p.share for p in candidates) or 1.0
-    left = trials
-    for plan in candidates:  # in proportion to the share of time, in whole rounds
-        rounds = max(1, round(trials * plan.share / total / trials_per_iter))
-        plan.trials = min(left, rounds * trials_per_iter)
-        left -= plan.trials
+    for plan in candidates:  # the spare rounds in proportion to the share of time...
+        rounds[plan.name] += int(spare * plan.share / total)
+    leftover = spare - (sum(rounds.values()) - len(candidates))
+    for plan in candidates[:leftover]:  # ...and what rounding left, to the largest shares
+        rounds[plan.name] += 1
+    for plan in candidates:
+        plan.trials = min(trials, rounds[plan.name] * trials_per_iter)
 
 
 def _log_plan(plans: list[TaskPlan], budget_s: float | None) -> None:
@@ -197,7 +238,7 @@ def _log_plan(plans: list[TaskPlan], budget_s: float | None) -> None:
         log.info("task %-58s x%-3d %6.3f ms %5.1f%% of time  %s", p.name, p.launches,
                  (p.seconds or 0) * 1e3, 100 * p.share / total,
                  f"search {p.trials} trials" if p.trials else
-                 "in the database" if p.tuned else "hand-written seed")
+                 "searched before" if p.tuned else "hand-written seed")
     searched = sum(p.trials for p in plans)
     eta = searched * FIRST_TRIAL_GUESS_S
     log.info("plan: %d task(s), %d searched with %d trials; ETA about %s%s", len(plans),
@@ -210,7 +251,7 @@ def _minutes(seconds: float) -> str:
 
 
 def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started: float,
-            budget_s: float | None, progress: bool) -> None:
+            budget_s: float | None, progress: bool, runner_and_export) -> None:
     """MetaSchedule's evolutionary search, one task at a time, within the budget."""
     from tqdm import tqdm  # noqa: PLC0415
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
@@ -218,6 +259,7 @@ def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started
     total = sum(p.trials for _, p in todo)
     if not total:
         return
+    runner, export = runner_and_export
     per_trial = FIRST_TRIAL_GUESS_S
     done, searching = 0, 0.0
     bar = tqdm(total=total, unit="trial", disable=not progress, desc="search")
@@ -241,9 +283,9 @@ def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started
                 tasks=contexts, task_weights=[1.0], work_dir=str(database_dir),
                 max_trials_global=trials, num_trials_per_iter=trials_per_iter,
                 builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
-                                                initializer=_import_tensor_intrin),
-                runner=ms.runner.LocalRunner(timeout_sec=60),
-                database=job, cost_model="xgb",
+                                                initializer=_import_tensor_intrin,
+                                                f_export=export),
+                runner=runner, database=job, cost_model="xgb",
             )
             searching += time.perf_counter() - task_start
             done += trials

@@ -1,0 +1,79 @@
+"""Tuning through TVM's RPC tracker and server on loopback: the path a board takes."""
+
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tvmfuse import TvmfuseError, api
+from tvmfuse.tuning import database
+
+TARGET = api.get_target("avx512")
+KEY = "tvmfuse-loopback"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tracker():
+    """An RPC tracker and one rpc_server registered with it, both on 127.0.0.1 (each given a
+    one-port range: their default range ends at 9199)."""
+    from tvm import rpc
+
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host",
+                               "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    time.sleep(2)
+    server_port = _free_port()
+    procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host",
+                                   "127.0.0.1", "--port", str(server_port), "--port-end",
+                                   str(server_port + 1), "--tracker",
+                                   f"127.0.0.1:{port}", "--key", KEY],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    try:
+        for _ in range(60):
+            if any(p.poll() is not None for p in procs):
+                pytest.fail("the RPC tracker or server exited at start")
+            try:
+                if KEY in rpc.connect_tracker("127.0.0.1", port).summary()["queue_info"]:
+                    break
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            time.sleep(1)
+        else:
+            pytest.fail("the RPC server did not register with the tracker")
+        yield f"127.0.0.1:{port}:{KEY}"
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def test_seeds_and_search_are_measured_over_rpc(tracker, tmp_path):
+    db_dir = tmp_path / "db"
+    model = api.import_model("tiny-resnet")
+    _, plans = api.tune(model, TARGET, api.BuildOptions(database=db_dir), trials=4,
+                        only=["fused_relax_nn_conv2d_relax_add_relax_nn_relu1"], rpc=tracker,
+                        progress=False)
+    (plan,) = [p for p in plans if p.seconds is not None]
+    assert plan.trials == 4 and 0 < plan.seconds < 0.01
+    db = database.read(db_dir)
+    assert len(db.records) >= 2  # the seed, and the search's candidates that ran
+    assert not db.problems
+
+
+def test_a_missing_rpc_device_is_one_clear_error(tracker, tmp_path):
+    host_port = tracker.rsplit(":", 1)[0]
+    with pytest.raises(TvmfuseError, match="no RPC device 'nobody'.*rpc_server --tracker"):
+        api.tune(api.import_model("tiny-resnet"), TARGET,
+                 api.BuildOptions(database=tmp_path / "db"), trials=0, rpc=f"{host_port}:nobody")
+    with pytest.raises(TvmfuseError, match="is not HOST:PORT:KEY"):
+        api.tune(api.import_model("tiny-resnet"), TARGET, api.BuildOptions(), trials=0,
+                 rpc="localhost")

@@ -1,0 +1,74 @@
+"""Measuring on another machine through TVM's RPC tracker (``python -m tvm.exec.rpc_tracker``,
+``python -m tvm.exec.rpc_server --tracker HOST:PORT --key KEY``): the address users give as
+``--rpc HOST:PORT:KEY``, MetaSchedule's RPC runner config, and a builder export that
+cross-links shared libraries on this machine (a remote board may have no compiler)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+
+from ..errors import TvmfuseError
+
+#: How long one RPC session may last (a measurement, or one candidate's runs).
+SESSION_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Remote:
+    host: str
+    port: int
+    key: str
+
+    @classmethod
+    def parse(cls, text: str) -> Remote:
+        """``HOST:PORT:KEY`` (the tracker's address and the device key) or a TvmfuseError."""
+        parts = text.rsplit(":", 2)
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[0] or not parts[2]:
+            raise TvmfuseError(f"--rpc {text!r} is not HOST:PORT:KEY (the RPC tracker's host "
+                               f"and port, and the key the device's rpc_server registered)")
+        return cls(parts[0], int(parts[1]), parts[2])
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}:{self.key}"
+
+    def runner_config(self):
+        from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+
+        return ms.runner.RPCConfig(tracker_host=self.host, tracker_port=self.port,
+                                   tracker_key=self.key, session_timeout_sec=SESSION_TIMEOUT_S)
+
+    def session(self):
+        """A session with a device of this key, or a TvmfuseError saying what to start."""
+        from tvm import rpc  # noqa: PLC0415
+
+        try:
+            tracker = rpc.connect_tracker(self.host, self.port)
+            # a request for a key no server registered would wait forever
+            if self.key not in tracker.summary().get("queue_info", {}):
+                raise RuntimeError(f"the tracker knows no device {self.key!r}")
+            return tracker.request(self.key, priority=1, session_timeout=SESSION_TIMEOUT_S)
+        except Exception as err:  # noqa: BLE001 - socket and RPC errors alike: one line
+            raise TvmfuseError(
+                f"no RPC device {self.key!r} at tracker {self.host}:{self.port} "
+                f"({str(err).strip().splitlines()[-1][:120]}); start `python -m "
+                f"tvm.exec.rpc_tracker --port {self.port}` and on the device `python -m "
+                f"tvm.exec.rpc_server --tracker {self.host}:{self.port} --key {self.key}`"
+            ) from None
+
+
+class SharedLibraryExport:
+    """MetaSchedule builder export: a ``.so`` linked here, with ``cross_cc`` when given (the
+    default export writes a ``.tar`` that the device would have to link itself)."""
+
+    def __init__(self, cross_cc: str | None = None):
+        self.cross_cc = cross_cc
+
+    def __call__(self, module) -> str:
+        from tvm.support import cc  # noqa: PLC0415
+
+        path = os.path.join(tempfile.mkdtemp(prefix="tvmfuse-candidate-"), "kernel.so")
+        fcompile = cc.cross_compiler(self.cross_cc) if self.cross_cc else None
+        module.export_library(path, fcompile=fcompile)
+        return path
