@@ -133,7 +133,8 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
     rules = load_rules(target.rules_section, options.fusion_rules)
     # The database matters only to a run that reaches the schedule phases; resolving it reads
     # and checks every record, so a run that stops before them skips it.
-    analysis.database = _database(target, options) if until is None else None
+    reaches_schedules = until is None or until in ("apply_database", "schedule", "lower")
+    analysis.database = _database(target, options) if reaches_schedules else None
     with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:
         # corrupt lines and other targets' records are left out of what the build applies
         applied = (None if analysis.database is None else

@@ -56,7 +56,8 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,
                 MergeParallelMatmul(rules["horizontal_matmul"].max_group_size)),
-            *strategy.layout_passes(target, rules["conv_layout_nhwc"].enabled),
+            *strategy.layout_passes(target, rules["conv_layout_nhwc"].enabled,
+                                    rules["winograd_conv2d"].enabled),
         ])),
         # 2. Canonicalize: what BatchNorm is left becomes arithmetic, and the `(out, mean, var)[0]`
         #    tuple it leaves is folded away so fusion can see through it.

@@ -16,7 +16,7 @@ from pathlib import Path
 from .errors import TvmfuseError
 
 RULES = ("fold_batch_norm", "fold_matmul_reshape", "horizontal_matmul", "conv_layout_nhwc",
-         "conv_epilogue",
+         "winograd_conv2d", "conv_epilogue",
          "matmul_epilogue", "add_layer_norm", "scale_mask_softmax", "elementwise")
 SECTIONS = ("default", "avx512", "x86-64", "arm64", "cuda")
 _KEYS = {"enabled": bool, "priority": int, "max_group_size": int}

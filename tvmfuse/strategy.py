@@ -16,7 +16,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
-from .passes import DecomposeClip
+from .passes import DecomposeClip, WinogradConv2D
 from .passes.apply_schedule_rules import SCHEDULE_ATTR
 from .tuning.tune import SEED_ANNOTATION
 from .targets import TargetSpec
@@ -29,14 +29,18 @@ TUNED = "tuned"
 DATABASE_SEED = "seed"
 
 
-def layout_passes(target: TargetSpec, nhwc: bool) -> list[tvm.transform.Pass]:
-    """Layout conversions for ``target``; constants (the weights) are folded into the new layout."""
+def layout_passes(target: TargetSpec, nhwc: bool, winograd: bool = False
+                  ) -> list[tvm.transform.Pass]:
+    """Layout conversions and compute overrides for ``target``; constants (the weights) are
+    folded into the new layout. ``winograd`` (which needs NHWC) computes 3x3 stride-1 convs as
+    Winograd F(2x2, 3x3)."""
     if not nhwc or target.vector is None:
         return []
     return [
         DecomposeClip(),  # ConvertLayout has no rule for clip (ReLU6)
         relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
         relax.transform.FoldConstant(),
+        *([WinogradConv2D()] if winograd else []),
     ]
 
 

@@ -6,5 +6,7 @@ from .fold_batch_norm import FoldBatchNorm
 from .fold_matmul_reshape import FoldMatmulReshape
 from .merge_parallel_matmul import MergeParallelMatmul
 from .verify_fusion import VerifyFusion
+from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldMatmulReshape", "MergeParallelMatmul", "VerifyFusion"]
+__all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldMatmulReshape",
+           "MergeParallelMatmul", "VerifyFusion", "WinogradConv2D"]
