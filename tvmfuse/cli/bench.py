@@ -4,13 +4,13 @@ freezing) and ONNX Runtime, in one process, on identical inputs, in interleaved 
 from __future__ import annotations
 
 import argparse
-import os
 import json
 import logging
 import shlex
 import sys
 from pathlib import Path
 
+from .. import env
 from ..errors import TvmfuseError
 from .common import add_model_arguments
 
@@ -48,11 +48,7 @@ def add_parser(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    # PyTorch's idle OpenMP workers spin for a short while only (libgomp's default spin, 300k
-    # rounds, took the cores from the engine timed next: tvmfuse's ResNet-50 measured 48 ms
-    # after ONNX Runtime, 62 ms after torch.compile; OMP_WAIT_POLICY=PASSIVE instead cost
-    # torch.compile 35%). Read when PyTorch loads OpenMP, which has not happened yet here.
-    os.environ.setdefault("GOMP_SPINCOUNT", "20000")
+    env.short_openmp_spin()  # torch is not imported yet
     from .. import api  # noqa: PLC0415
     from ..engines import check_names  # noqa: PLC0415
 

@@ -6,6 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from .. import env
 from .common import add_model_arguments
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,8 @@ def add_parser(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.bench:
+        env.short_openmp_spin()  # before torch is imported
     from .. import api  # noqa: PLC0415 - keep `tvmfuse --help` fast
     from ..errors import TvmfuseError  # noqa: PLC0415
 

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 #: Root-block annotation naming the hand-written rule of a seed record's schedule.
 SEED_ANNOTATION = "tvmfuse.schedule"
+#: MetaSchedule's per-task messages (design spaces, candidates): debug output of ours.
+_SEARCH_LOG = logging.getLogger("tvmfuse.tuning.metaschedule")
 #: What one search trial is assumed to cost before one has been measured (seconds).
 FIRST_TRIAL_GUESS_S = 20.0
 
@@ -277,10 +279,8 @@ def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started
                 trials = max(trials_per_iter, min(trials, affordable * trials_per_iter))
             bar.set_postfix_str(plan.name[:40])
             task_start = time.perf_counter()
-            contexts, _ = ms.relax_integration.extracted_tasks_to_tune_contexts(
-                [task], work_dir=str(database_dir))
             ms.tune_tasks(
-                tasks=contexts, task_weights=[1.0], work_dir=str(database_dir),
+                tasks=[_tune_context(task)], task_weights=[1.0], work_dir=str(database_dir),
                 max_trials_global=trials, num_trials_per_iter=trials_per_iter,
                 builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
                                                 initializer=_import_tensor_intrin,
@@ -297,6 +297,20 @@ def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started
                          min(float(s) for s in best.run_secs) * 1e3, plan.seconds * 1e3)
     finally:
         bar.close()
+
+
+def _tune_context(task):
+    """MetaSchedule's search context for one task, logging to tvmfuse's logger.
+
+    Not ``relax_integration.extracted_tasks_to_tune_contexts``: it reconfigures Python logging
+    globally (``dictConfig``) from the handlers it finds on MetaSchedule's logger, and fails on
+    one without a name (seen in a test process after an RPC tuning run)."""
+    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+
+    return ms.TuneContext(mod=task.dispatched[0], target=task.target,
+                          space_generator="post-order-apply", search_strategy="evolutionary",
+                          task_name=task.task_name, logger=_SEARCH_LOG, num_threads="physical"
+                          ).clone()
 
 
 def _merge_staging(staging: Path, database_dir: Path) -> int:
