@@ -43,6 +43,8 @@ def handle(args: argparse.Namespace) -> int:
         raise TvmfuseError("--trials must be at least 0 and --trials-per-iter at least 1")
     if args.top_k is not None and args.top_k < 1:
         raise TvmfuseError("--top-k must be at least 1")
+    if not args.verbose:  # MetaSchedule's per-trial chatter; the progress bar and plan remain
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     target = api.get_target(args.target)
     model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)
     options = api.BuildOptions(database=args.db, fusion_rules=args.fusion_rules)

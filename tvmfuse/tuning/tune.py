@@ -43,8 +43,9 @@ log = logging.getLogger(__name__)
 
 #: Root-block annotation naming the hand-written rule of a seed record's schedule.
 SEED_ANNOTATION = "tvmfuse.schedule"
-#: MetaSchedule's per-task messages (design spaces, candidates): debug output of ours.
-_SEARCH_LOG = logging.getLogger("tvmfuse.tuning.metaschedule")
+#: MetaSchedule's per-task messages (design spaces, candidates), under MetaSchedule's logger so
+#: that its level governs them (`tvmfuse tune` shows them with -v).
+_SEARCH_LOG = logging.getLogger("tvm.s_tir.meta_schedule.search")
 #: What one search trial is assumed to cost before one has been measured (seconds).
 FIRST_TRIAL_GUESS_S = 20.0
 
