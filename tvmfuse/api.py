@@ -26,8 +26,6 @@ from .tuning import database as tuning_db
 
 log = logging.getLogger(__name__)
 
-DATABASE_FILES = tuning_db.FILES
-
 __all__ = ["Analysis", "BuildOptions", "Compiled", "analyze", "benefit", "bench", "build",
            "compile_model", "default_database", "get_target", "import_model", "import_torch", "load",
            "profile_kernels", "tune"]
@@ -57,19 +55,25 @@ class Analysis:
     groups: list[FusionGroup]
     phase_seconds: dict[str, float]
     summary: Summary | None = None
-    #: Kernels whose schedule came from the tuning database (filled when the build applies one).
-    tuned: set[str] = field(default_factory=set)
     #: The tuning database the run applied (resolved only by runs that reach the schedules).
     database: Path | None = None
-    #: Kernel -> the implementation it got: "tuned", a schedule rule ("cpu.conv2d") or "default".
+    #: Kernel -> the implementation it got (filled by runs that reach the schedule phase; see
+    #: strategy.implementations): "tuned", "seed:cpu.conv2d", "cpu.conv2d", "default", ...
     implementations: dict[str, str] = field(default_factory=dict)
     #: Kernel -> its FLOPs per launch and parameter shapes (see tvmfuse.profile).
     kernel_info: dict[str, Kernel] = field(default_factory=dict)
 
     @property
+    def tuned(self) -> set[str]:
+        """Kernels whose schedule came from the tuning database (searched or seeded)."""
+        return {kernel for kernel, impl in self.implementations.items()
+                if impl == strategy.TUNED or impl.startswith(f"{strategy.DATABASE_SEED}:")}
+
+    @property
     def untuned(self) -> list[str]:
-        """Kernel launches that run with a default schedule, in order."""
-        return [k for k in self.kernels if k not in self.tuned]
+        """Kernel launches without a database record, in order."""
+        tuned = self.tuned
+        return [k for k in self.kernels if k not in tuned]
 
 
 @dataclass
@@ -91,11 +95,7 @@ class Compiled:
 def default_database(target: TargetSpec) -> Path | None:
     """The target's committed database under ``tuning_logs/``, if it holds records."""
     folder = env.TUNING_LOGS / target.key
-    return folder if _has_database(folder) else None
-
-
-def _has_database(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in DATABASE_FILES)
+    return folder if tuning_db.has_database(folder) else None
 
 
 def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
@@ -118,9 +118,6 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
             analysis.kernels.extend(kernel_calls(mod))
             analysis.summary = summarize(mod)
             analysis.kernel_info.update(profile.kernels(mod))
-        elif name == "apply_database":  # MetaSchedule marks the kernels it gave a record
-            analysis.tuned.update(gv.name_hint for gv, f in mod.functions.items()
-                                  if f.attrs is not None and f.attrs.get("tirx.is_scheduled"))
         elif name == "schedule":
             analysis.implementations.update(strategy.implementations(mod))
         if options.dump_ir is not None:
@@ -183,9 +180,9 @@ def _database(target: TargetSpec, options: BuildOptions) -> Path | None:
     if not options.use_database:
         return None
     database = options.database or default_database(target)
-    if database is not None and not _has_database(database):
+    if database is not None and not tuning_db.has_database(database):
         raise TvmfuseError(
-            f"{database} is not a tuning database: it needs {' and '.join(DATABASE_FILES)}"
+            f"{database} is not a tuning database: it needs {' and '.join(tuning_db.FILES)}"
         )
     return database
 
@@ -301,7 +298,7 @@ def _database_json(database: Path | None) -> dict | None:
     if database is None:
         return None
     digest = hashlib.sha256()
-    for name in DATABASE_FILES:
+    for name in tuning_db.FILES:
         digest.update((database / name).read_bytes())
     return {"path": str(database), "sha256": digest.hexdigest()}
 
@@ -385,9 +382,9 @@ def tune(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, tri
     database = options.database or env.TUNING_LOGS / target.key
     mod, _ = analyze(model, target, BuildOptions(fusion_rules=options.fusion_rules,
                                                  use_database=False))
-    rules, _ = strategy.schedule_rules(target)
     with target.tvm_target():
-        plans = tuning.tune(mod, target.tvm_target(), database, trials=trials, rules=rules,
+        plans = tuning.tune(mod, target.tvm_target(), database, trials=trials,
+                            scheduler=strategy.scheduler(target),
                             trials_per_iter=trials_per_iter, top_k=top_k, budget_s=budget_s,
                             retune=retune, only=only, progress=progress, remote=remote,
                             cross_cc=target.cross_cc)

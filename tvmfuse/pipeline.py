@@ -16,7 +16,7 @@ from tvm.relax.backend.cuda import pipeline as cuda_backend
 
 from . import strategy
 from .passes import (
-    ApplyScheduleRules, FoldBatchNorm, FoldMatmulReshape, MergeParallelMatmul, VerifyFusion,
+    FoldBatchNorm, FoldMatmulReshape, MergeParallelMatmul, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -87,7 +87,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         # 7. Schedules: tuned records first, then the hand-written rules from schedules/, then
         #    TVM's defaults for what is left (see strategy.py).
         Phase("apply_database", tvm.transform.Sequential(_apply_database(options.database))),
-        Phase("schedule", ApplyScheduleRules(*strategy.schedule_rules(target))),
+        Phase("schedule", strategy.scheduler(target)),
         # 8. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
         Phase("lower", tvm.transform.Sequential(
             _backend(tvm_target).dataflow_lower_passes(tvm_target)

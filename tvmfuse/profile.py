@@ -54,11 +54,12 @@ def kernels(mod) -> dict[str, Kernel]:
             flops = float(estimate_tir_flops(tvm.IRModule({"main": func})))
         except Exception:  # noqa: BLE001 - symbolic shapes have no estimate
             flops = 0.0
-        found[gvar.name_hint] = Kernel(flops, _params(func))
+        found[gvar.name_hint] = Kernel(flops, param_specs(func))
     return found
 
 
-def _params(func):
+def param_specs(func) -> tuple[tuple[tuple[int, ...], str], ...] | None:
+    """(shape, dtype) of each parameter of a PrimFunc; None when a dimension is symbolic."""
     from tvm import tirx  # noqa: PLC0415
 
     params = []
@@ -76,17 +77,13 @@ def profile(executable, device, launches: list[str], implementations: dict[str, 
             kernels_: dict[str, Kernel], *, min_ms: int = 50) -> list[KernelTime]:
     """Time each kernel launched in ``launches`` (the model's kernel calls in order); slowest
     in total first. Kernels with symbolic shapes are left out."""
-    import tvm  # noqa: PLC0415
-
     library = executable.mod.imports[0]
-    rng = np.random.default_rng(0)
     times = []
     for name, count in Counter(launches).items():
         kernel = kernels_.get(name)
         if kernel is None or kernel.params is None:
             continue
-        args = [tvm.runtime.tensor(random_array(rng, shape, dtype), device)
-                for shape, dtype in kernel.params]
+        args = random_args(kernel.params, device)
         timer = library.time_evaluator(name, device, number=1, repeat=3, min_repeat_ms=min_ms)
         ms = statistics.median(timer(*args).results) * 1e3
         times.append(KernelTime(name, implementations.get(name, "default"), count, ms * count,
@@ -94,8 +91,17 @@ def profile(executable, device, launches: list[str], implementations: dict[str, 
     return sorted(times, key=lambda k: -k.ms)
 
 
-def random_array(rng, shape, dtype) -> np.ndarray:
-    """A kernel argument: normal floats, or zeros for integer and boolean tensors."""
-    if dtype.startswith(("int", "uint", "bool")):
-        return np.zeros(shape, dtype)  # indices (embedding lookups) must stay in range
-    return rng.standard_normal(shape).astype(dtype)
+def random_args(specs, device) -> list:
+    """Arguments for a kernel of parameters ``specs`` (see :func:`param_specs`) on ``device``:
+    normal floats, zeros for integer and boolean tensors (indices such as embedding lookups must
+    stay in range)."""
+    import tvm  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+
+    def array(shape, dtype):
+        if dtype.startswith(("int", "uint", "bool")):
+            return np.zeros(shape, dtype)
+        return rng.standard_normal(shape).astype(dtype)
+
+    return [tvm.runtime.tensor(array(shape, dtype), device) for shape, dtype in specs]

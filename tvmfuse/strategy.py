@@ -7,7 +7,7 @@ Three levers, applied in this order by the pipeline:
    the weights are transposed once at build time (FoldConstant), not at run time.
 2. **Schedules** (after FuseTIR), by precedence: a record from the tuning database, then the
    first hand-written rule from ``schedules/`` that fits the kernel, then TVM's defaults (dlight
-   on GPUs). :func:`schedule_rules` lists the hand-written and default rules per target.
+   on GPUs). :func:`scheduler` holds the hand-written and default rules per target.
 3. **Report**: :func:`implementations` reads back which of them every kernel got.
 """
 
@@ -16,9 +16,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
-from .passes import DecomposeClip, WinogradConv2D
+from .passes import ApplyScheduleRules, DecomposeClip, WinogradConv2D
 from .passes.apply_schedule_rules import SCHEDULE_ATTR
-from .tuning.tune import SEED_ANNOTATION
 from .targets import TargetSpec
 
 #: What a kernel that no rule scheduled and no record covered runs with: TVM's plain lowering.
@@ -44,17 +43,19 @@ def layout_passes(target: TargetSpec, nhwc: bool, winograd: bool = False
     ]
 
 
-def schedule_rules(target: TargetSpec) -> tuple[list, list]:
-    """The schedule rules for ``target``, in the order they are tried, and the rules for kernels
-    whose reductions are tiny (GPUs only; see ApplyScheduleRules)."""
+def scheduler(target: TargetSpec) -> ApplyScheduleRules:
+    """The schedule phase for ``target``: its rules in the order they are tried, and on GPUs the
+    rules for kernels whose reductions are tiny (see ApplyScheduleRules)."""
     if target.device == "cuda":
         from tvm.s_tir import dlight as dl  # noqa: PLC0415
 
-        return ([dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-                 dl.gpu.Fallback()], [dl.gpu.Fallback()])
+        return ApplyScheduleRules(
+            [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
+             dl.gpu.Fallback()],
+            small_reduction_rules=[dl.gpu.Fallback()])
     from .schedules import cpu  # noqa: PLC0415
 
-    return cpu.rules(target.vector), []
+    return ApplyScheduleRules(cpu.rules(target.vector))
 
 
 def implementations(mod: tvm.IRModule) -> dict[str, str]:
@@ -81,5 +82,5 @@ def _seed_rule(func) -> str | None:
     annotate the root block with it), or None for a searched schedule."""
     block = getattr(func.body, "block", None)
     annotations = getattr(block, "annotations", None) or {}
-    value = annotations.get(SEED_ANNOTATION)
+    value = annotations.get(SCHEDULE_ATTR)
     return None if value is None else str(value)

@@ -4,11 +4,22 @@ parallelize and vectorize loop nests."""
 from __future__ import annotations
 
 from tvm import s_tir, tirx
+from tvm.s_tir import dlight as dl
 
 from tvmfuse.targets import Vector
 
 #: Below this many output elements a kernel runs on one thread: waking the pool costs more.
 MIN_PARALLEL_ELEMENTS = 4096
+
+
+class CpuRule(dl.ScheduleRule):
+    """A hand-written CPU schedule rule: its ``name`` names it in the build report, and it blocks
+    for ``vector``."""
+
+    name: str
+
+    def __init__(self, vector: Vector):
+        self.vector = vector
 
 
 def root_blocks(sch: s_tir.Schedule) -> list:
@@ -58,7 +69,18 @@ def inline_into_consumers(sch: s_tir.Schedule, blocks: list) -> list:
     return kept
 
 
-def parallelize(sch: s_tir.Schedule, block, lanes: int, *, parallel: bool = True) -> None:
+def vectorize_inner(sch: s_tir.Schedule, loop, lanes: int):
+    """Split the widest power-of-two vector (at least 4, at most ``lanes``) off ``loop`` and
+    vectorize it; returns the outer part, or None when no such vector divides the loop."""
+    vector = lanes_for(static_extent(sch, loop), lanes)
+    if vector < 4:
+        return None
+    rest, lane = sch.split(loop, [None, vector])
+    sch.vectorize(lane)
+    return rest
+
+
+def parallelize(sch: s_tir.Schedule, block, lanes: int) -> None:
     """Run a spatial loop nest on the thread pool with its innermost loop vectorized.
 
     The innermost loop is vectorized when ``lanes`` divides it; every other leading spatial loop
@@ -67,24 +89,20 @@ def parallelize(sch: s_tir.Schedule, block, lanes: int, *, parallel: bool = True
     loops = sch.get_loops(block)
     if not loops:
         return
-    iters = sch.get(block).iter_vars
     spatial = len(loops)
-    if len(iters) == len(loops) and loops_match_iters(sch, block):
-        spatial = next((i for i, iv in enumerate(iters) if iv.iter_type != tirx.IterVar.DataPar),
-                       len(loops))
+    if loops_match_iters(sch, block):
+        spatial = next((i for i, iv in enumerate(sch.get(block).iter_vars)
+                        if iv.iter_type != tirx.IterVar.DataPar), len(loops))
     if spatial == 0:
         return
     total = 1
     for loop in loops[:spatial]:
         extent = static_extent(sch, loop)
         total = total * extent if extent is not None and total is not None else None
-    inner = loops[spatial - 1] if spatial == len(loops) else None
-    vector = lanes_for(static_extent(sch, inner), lanes) if inner is not None else 1
     outer = loops[:spatial]
-    if vector >= 4:
-        rest, vec = sch.split(inner, [None, vector])
-        sch.vectorize(vec)
-        outer = loops[:spatial - 1] + [rest]
-    if parallel and (total is None or total >= MIN_PARALLEL_ELEMENTS):
-        fused = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-        sch.parallel(fused)
+    if spatial == len(loops):
+        rest = vectorize_inner(sch, loops[-1], lanes)
+        if rest is not None:
+            outer = loops[:spatial - 1] + [rest]
+    if total is None or total >= MIN_PARALLEL_ELEMENTS:
+        sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])

@@ -7,32 +7,24 @@ default lowering: 2 GFLOP/s).
 
 from __future__ import annotations
 
-from tvm.s_tir import dlight as dl
-
 from ._blocked import register_blocked
-from ._tir import Vector
+from ._tir import CpuRule
 
 
-class Conv2D(dl.ScheduleRule):
+class Conv2D(CpuRule):
     """Dense NHWC conv2d (any kernel size, stride, padding) plus epilogue."""
 
     name = "cpu.conv2d"
-
-    def __init__(self, vector: Vector):
-        self.vector = vector
 
     def apply(self, func, target, tunable):
         return register_blocked(func, self.vector, lambda name: name.startswith("conv2d_nhwc"))
 
 
-class DepthwiseConv2D(dl.ScheduleRule):
+class DepthwiseConv2D(CpuRule):
     """Depthwise/grouped NHWC conv2d plus epilogue: channels are the vector axis of the input,
     the weights and the output alike, so each step is a vector load, not a broadcast."""
 
     name = "cpu.depthwise_conv2d"
-
-    def __init__(self, vector: Vector):
-        self.vector = vector
 
     def apply(self, func, target, tunable):
         return register_blocked(

@@ -8,20 +8,15 @@ stays a separate kernel, which this rule's input then is.
 
 from __future__ import annotations
 
-from tvm.s_tir import dlight as dl
-
 from ._blocked import register_blocked
-from ._tir import Vector
+from ._tir import CpuRule
 
 
 _ANCHORS = ("matmul", "NT_matmul", "T_matmul", "T_dense", "T_batch_matmul")
 
 
-class Dense(dl.ScheduleRule):
+class Dense(CpuRule):
     name = "cpu.dense"
-
-    def __init__(self, vector: Vector):
-        self.vector = vector
 
     def apply(self, func, target, tunable):
         return register_blocked(func, self.vector, lambda name: name.startswith(_ANCHORS))

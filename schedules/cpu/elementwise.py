@@ -4,19 +4,15 @@ reshapes, gathers), and the catch-all that gives any other kernel's loop nests t
 from __future__ import annotations
 
 from tvm import s_tir
-from tvm.s_tir import dlight as dl
 
-from ._tir import Vector, inline_into_consumers, is_reduction, parallelize, root_blocks
+from ._tir import CpuRule, inline_into_consumers, is_reduction, parallelize, root_blocks
 
 
-class Elementwise(dl.ScheduleRule):
+class Elementwise(CpuRule):
     """A kernel without reductions: its intermediates are inlined into the outputs, and each
     output loop nest runs in parallel with its innermost loop vectorized."""
 
     name = "cpu.elementwise"
-
-    def __init__(self, vector: Vector):
-        self.vector = vector
 
     def apply(self, func, target, tunable):
         sch = s_tir.Schedule(func)
@@ -28,13 +24,10 @@ class Elementwise(dl.ScheduleRule):
         return sch
 
 
-class Parallel(dl.ScheduleRule):
+class Parallel(CpuRule):
     """The catch-all: each loop nest's leading spatial loops run on the thread pool."""
 
     name = "cpu.parallel"
-
-    def __init__(self, vector: Vector):
-        self.vector = vector
 
     def apply(self, func, target, tunable):
         sch = s_tir.Schedule(func)

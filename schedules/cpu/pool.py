@@ -3,10 +3,8 @@ H and W with channels innermost, so the register-blocked schedule vectorizes ove
 
 from __future__ import annotations
 
-from tvm.s_tir import dlight as dl
-
 from ._blocked import register_blocked
-from ._tir import Vector
+from ._tir import CpuRule
 
 
 def _is_pool(name: str) -> bool:
@@ -14,11 +12,8 @@ def _is_pool(name: str) -> bool:
     return name.startswith(("pool_", "adaptive_pool", "T_pool")) or name.endswith("_red")
 
 
-class Pool(dl.ScheduleRule):
+class Pool(CpuRule):
     name = "cpu.pool"
-
-    def __init__(self, vector: Vector):
-        self.vector = vector
 
     def apply(self, func, target, tunable):
         return register_blocked(func, self.vector, _is_pool)

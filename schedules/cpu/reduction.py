@@ -10,16 +10,14 @@ loops over the row are vectorized.
 from __future__ import annotations
 
 from tvm import s_tir
-from tvm.s_tir import dlight as dl
 
-from ._tir import MIN_PARALLEL_ELEMENTS, Vector, is_reduction, lanes_for, root_blocks, static_extent
+from ._tir import (
+    MIN_PARALLEL_ELEMENTS, CpuRule, is_reduction, root_blocks, static_extent, vectorize_inner,
+)
 
 
-class RowReduction(dl.ScheduleRule):
+class RowReduction(CpuRule):
     name = "cpu.row_reduction"
-
-    def __init__(self, vector: Vector):
-        self.vector = vector
 
     def apply(self, func, target, tunable):
         sch = s_tir.Schedule(func)
@@ -62,8 +60,4 @@ class RowReduction(dl.ScheduleRule):
         loops = sch.get_loops(block)
         if len(loops) < 2:  # a per-row scalar (LayerNorm's mean): nothing to vectorize
             return
-        inner = loops[-1]
-        lanes = lanes_for(static_extent(sch, inner), self.vector.lanes)
-        if lanes >= 4:
-            _, lane = sch.split(inner, [None, lanes])
-            sch.vectorize(lane)
+        vectorize_inner(sch, loops[-1], self.vector.lanes)

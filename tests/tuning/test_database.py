@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tvmfuse import api
+from tvmfuse.passes import ApplyScheduleRules
 from tvmfuse.tuning import database
 
 HOST = api.get_target("avx512").config
@@ -126,8 +127,8 @@ def test_an_interrupted_tuning_job_keeps_its_records(monkeypatch, tmp_path):
     model = api.import_model("tiny-resnet")
     mod, _ = api.analyze(model, api.get_target("avx512"), api.BuildOptions(use_database=False))
     with api.get_target("avx512").tvm_target(), pytest.raises(KeyboardInterrupt):
-        tune_module.tune(mod, api.get_target("avx512").tvm_target(), db_dir, trials=1, rules=[],
-                         progress=False)
+        tune_module.tune(mod, api.get_target("avx512").tvm_target(), db_dir, trials=1,
+                         scheduler=ApplyScheduleRules([]), progress=False)
     db = database.read(db_dir)
     assert db.records == [[0, _record(0, 0.004)[1]]]
     assert not list(db_dir.glob(".tune-*"))  # the job's private folder is gone

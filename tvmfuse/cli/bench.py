@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .. import env
 from ..errors import TvmfuseError
-from .common import add_model_arguments
+from .common import add_database_arguments, add_model_arguments
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +37,7 @@ def add_parser(sub) -> None:
                              "(default 60)")
     parser.add_argument("--threads", type=int, metavar="N",
                         help="threads for every engine (default: the target's num-cores)")
-    db = parser.add_mutually_exclusive_group()
-    db.add_argument("--db", type=Path, metavar="DIR", help="tuning database for the TVM engines")
-    db.add_argument("--no-db", action="store_true", help="measure without any tuning database")
+    add_database_arguments(parser, "the TVM engines")
     parser.add_argument("--peak", action="store_true",
                         help="measure the machine's fp32 FMA peak and report each engine's share")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from .. import env
-from .common import add_model_arguments
+from .common import add_database_arguments, add_model_arguments
 
 log = logging.getLogger(__name__)
 
@@ -18,10 +18,7 @@ def add_parser(sub) -> None:
     add_model_arguments(parser)
     parser.add_argument("-o", "--output", type=Path, required=True, metavar="DIR",
                         help="folder to write model.so and manifest.json into")
-    db = parser.add_mutually_exclusive_group()
-    db.add_argument("--db", type=Path, metavar="DIR",
-                    help="tuning database to apply (default: tuning_logs/<target-key>/ if present)")
-    db.add_argument("--no-db", action="store_true", help="apply no tuning database")
+    add_database_arguments(parser, "the build")
     parser.add_argument("--verify", action="store_true",
                         help="check every output against PyTorch (or ONNX Runtime) after building")
     parser.add_argument("--bench", action="store_true",

@@ -28,3 +28,12 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                              "any that fails to build or to match")
     parser.add_argument("--target", default="avx512",
                         help=f"one of {', '.join(target_names())} (default: avx512, this host)")
+
+
+def add_database_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--db DIR | --no-db``: the tuning database ``what`` applies."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--db", type=Path, metavar="DIR",
+                       help=f"tuning database {what} applies (default: tuning_logs/<target-key>/ "
+                            f"when it holds records)")
+    group.add_argument("--no-db", action="store_true", help=f"{what} applies no tuning database")

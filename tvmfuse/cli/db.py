@@ -65,9 +65,7 @@ def handle(args: argparse.Namespace) -> int:
 
 
 def _stats(database, db, target) -> dict:
-    targets = collections.Counter(json.dumps(
-        {k: db.target_of(r)[k] for k in database.TARGET_FIELDS if k in db.target_of(r)},
-        sort_keys=True) for r in db.records)
+    targets = collections.Counter(database.target_summary(db.target_of(r)) for r in db.records)
     foreign = 0 if target is None else sum(
         not database.same_target(db.target_of(r), target) for r in db.records)
     best = db.best_seconds()
@@ -88,16 +86,11 @@ def _merge(database, sources: list[Path], into: Path) -> dict:
     for source in sources:
         if source.resolve() == into.resolve():
             raise TvmfuseError(f"{source} is the database merged into; name it once, as --into")
-    parsed = [database.read(s) for s in sources]  # every source is sound before anything moves
-    with database.locked(into):
-        dest = database.read(into) if database.has_database(into) else database.Database(into)
-        added = {str(s.folder): database.merge_into(dest, s) for s in parsed}
-        database.write(dest, into)
-    skipped = [f"{s.folder}: {p}" for s in parsed for p in s.problems]
-    for line in skipped:
+    merged = database.merge_folders(sources, into)
+    for line in merged.skipped:
         log.warning("skipped %s", line)
-    return {"into": str(into), "added": added, "skipped": skipped,
-            "workloads": len(dest.workloads), "records": len(dest.records)}
+    return {"into": str(into), "added": merged.added, "skipped": merged.skipped,
+            "workloads": merged.workloads, "records": merged.records}
 
 
 def _print(action: str, result: dict) -> None:

@@ -11,7 +11,7 @@ import collections
 import json
 from pathlib import Path
 
-from .common import add_model_arguments
+from .common import add_database_arguments, add_model_arguments
 
 
 def add_parser(sub) -> None:
@@ -24,10 +24,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--profile", action="store_true",
                         help="build for this machine and time every kernel (implementation, ms, "
                              "GFLOP/s)")
-    parser.add_argument("--db", type=Path, metavar="DIR",
-                        help="tuning database for --profile (default: the target's under "
-                             "tuning_logs/)")
-    parser.add_argument("--no-db", action="store_true", help="--profile without tuning records")
+    add_database_arguments(parser, "--profile")
     parser.set_defaults(handler=handle)
 
 

@@ -32,7 +32,8 @@ from tvm.s_tir.dlight.analysis import normalize_prim_func
 log = logging.getLogger(__name__)
 
 
-#: The PrimFunc attribute naming the rule that scheduled a kernel.
+#: The PrimFunc attribute naming the rule that scheduled a kernel (``tvmfuse tune``'s seed records
+#: carry it as an annotation of the root block).
 SCHEDULE_ATTR = "tvmfuse.schedule"
 
 
@@ -56,25 +57,31 @@ class ApplyScheduleRules:
         for gvar, func in mod.functions.items():
             if not isinstance(func, tirx.PrimFunc) or func.attrs.get("tirx.is_scheduled", False):
                 continue
-            rules = self.rules
-            if self.small_reduction_rules and 0 < _reduction_size(func) <= self.small_reduction:
-                rules = self.small_reduction_rules
-            for rule in rules:
-                try:
-                    space = rule.apply(func, target, False)
-                except Exception as err:  # noqa: BLE001 - a rule failing is a reason to try the next
-                    log.warning("schedule rule %s failed on %s (%s); trying the next rule",
-                                rule_name(rule), gvar.name_hint,
-                                str(err).strip().splitlines()[-1][:160])
-                    continue
-                if space is None:
-                    continue
-                sch = space[0] if isinstance(space, list) else space
+            found = self.schedule(func, target, gvar.name_hint)
+            if found is not None:
+                name, sch = found
                 updated[gvar] = sch.mod["main"].with_attrs(
-                    {"tirx.is_scheduled": True, SCHEDULE_ATTR: rule_name(rule)})
-                log.debug("%s scheduled by %s", gvar.name_hint, rule_name(rule))
-                break
+                    {"tirx.is_scheduled": True, SCHEDULE_ATTR: name})
+                log.debug("%s scheduled by %s", gvar.name_hint, name)
         return updated
+
+    def schedule(self, func: tirx.PrimFunc, target, kernel: str = "main"):
+        """The name of the first rule that schedules ``func`` and its schedule, or None.
+
+        What the build gives one kernel; ``tvmfuse tune`` seeds its records with the same."""
+        rules = self.rules
+        if self.small_reduction_rules and 0 < _reduction_size(func) <= self.small_reduction:
+            rules = self.small_reduction_rules
+        for rule in rules:
+            try:
+                space = rule.apply(func, target, False)
+            except Exception as err:  # noqa: BLE001 - a rule failing is a reason to try the next
+                log.warning("schedule rule %s failed on %s (%s); trying the next rule",
+                            rule_name(rule), kernel, str(err).strip().splitlines()[-1][:160])
+                continue
+            if space is not None:
+                return rule_name(rule), space[0] if isinstance(space, list) else space
+        return None
 
 
 def _reduction_size(func: tirx.PrimFunc) -> int:

@@ -113,6 +113,11 @@ def _is_record(value) -> bool:
             and isinstance(value[1][1], list) and isinstance(value[1][2], dict))
 
 
+def target_summary(target: dict) -> str:
+    """The fields of a record's target that decide where it applies, as one JSON string."""
+    return json.dumps({k: target[k] for k in TARGET_FIELDS if k in target}, sort_keys=True)
+
+
 def same_target(record_target: dict, target: dict) -> bool:
     """Whether a record tuned for ``record_target`` applies to ``target`` (TVM target dicts)."""
     return all(str(record_target.get(k, "")) == str(target.get(k, "")) for k in TARGET_FIELDS
@@ -165,6 +170,29 @@ def merge_into(dest: Database, source: Database) -> int:
     return added
 
 
+@dataclass
+class Merged:
+    """What :func:`merge_folders` did: records added per source, the result's size, and the
+    sources' lines it skipped."""
+
+    added: dict[str, int]
+    workloads: int
+    records: int
+    skipped: list[str]
+
+
+def merge_folders(sources: list[Path], into: Path) -> Merged:
+    """Add the records of every database in ``sources`` into ``into`` (created when missing),
+    under its lock; every source is read before anything is written."""
+    parsed = [read(source) for source in sources]
+    with locked(into):
+        dest = read(into) if has_database(into) else Database(into)
+        added = {str(source.folder): merge_into(dest, source) for source in parsed}
+        write(dest, into)
+    skipped = [f"{source.folder}: {problem}" for source in parsed for problem in source.problems]
+    return Merged(added, len(dest.workloads), len(dest.records), skipped)
+
+
 def purge(db: Database, target: dict | None = None) -> dict[str, int]:
     """Drop failed records, and records of other targets when ``target`` is given; workloads
     left without records go too. Returns what was dropped, by reason. (Corrupt lines were never
@@ -197,8 +225,7 @@ def usable(folder: Path, target: dict, scratch: Path) -> Path | None:
                     folder, problem, folder)
     foreign = [r for r in db.records if not same_target(db.target_of(r), target)]
     if foreign:
-        kinds = sorted({json.dumps({k: db.target_of(r).get(k) for k in TARGET_FIELDS
-                                    if k in db.target_of(r)}) for r in foreign})
+        kinds = sorted({target_summary(db.target_of(r)) for r in foreign})
         log.warning("tuning database %s: %d record(s) for another target (%s) are not applied",
                     folder, len(foreign), "; ".join(kinds))
     if not db.problems and not foreign:

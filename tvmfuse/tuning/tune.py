@@ -33,16 +33,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..errors import TvmfuseError
+from ..passes.apply_schedule_rules import SCHEDULE_ATTR, ApplyScheduleRules
 from . import database
 from .remote import Remote, SharedLibraryExport
 
 log = logging.getLogger(__name__)
 
-#: Root-block annotation naming the hand-written rule of a seed record's schedule.
-SEED_ANNOTATION = "tvmfuse.schedule"
 #: MetaSchedule's per-task messages (design spaces, candidates), under MetaSchedule's logger so
 #: that its level governs them (`tvmfuse tune` shows them with -v).
 _SEARCH_LOG = logging.getLogger("tvm.s_tir.meta_schedule.search")
@@ -93,14 +90,16 @@ def plan_tasks(mod, target, database_):
     return [tasks[i] for i in order], [plans[i] for i in order]
 
 
-def tune(mod, target, database_dir: Path, *, trials: int, rules: list, trials_per_iter: int = 4,
-         top_k: int | None = None, budget_s: float | None = None, retune: bool = False,
+def tune(mod, target, database_dir: Path, *, trials: int, scheduler: ApplyScheduleRules,
+         trials_per_iter: int = 4, top_k: int | None = None, budget_s: float | None = None,
+         retune: bool = False,
          only: list[str] | None = None, progress: bool = True, remote: Remote | None = None,
          cross_cc: str | None = None) -> list[TaskPlan]:
     """Seed, plan and search the kernels of ``mod`` (after FuseTIR) for ``target`` into
-    ``database_dir``; see the module docstring. ``rules`` are the target's hand-written schedule
-    rules; ``only`` restricts the run to the named kernels; ``remote`` measures on an RPC device
-    (candidates linked here, with ``cross_cc`` when the device needs it). Returns the plans."""
+    ``database_dir``; see the module docstring. ``scheduler`` applies the target's schedule
+    rules as the build does; ``only`` restricts the run to the named kernels; ``remote`` measures
+    on an RPC device (candidates linked here, with ``cross_cc`` when the device needs it).
+    Returns the plans."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
 
     database_dir.mkdir(parents=True, exist_ok=True)
@@ -115,10 +114,10 @@ def tune(mod, target, database_dir: Path, *, trials: int, rules: list, trials_pe
     staging = Path(tempfile.mkdtemp(prefix=".tune-", dir=database_dir))
     try:
         job = ms.database.JSONDatabase(work_dir=str(staging))
+        measure = Measure(remote, cross_cc)  # one RPC session for every seed
         for task, plan in zip(tasks, plans):
             if only is None or plan.name in only:
-                plan.seconds = _seed(task, plan, target, rules, existing, job,
-                                     Measure(remote, cross_cc))
+                plan.seconds = _seed(task, plan, target, scheduler, existing, job, measure)
         _plan_search(plans, trials, top_k, retune, only, trials_per_iter)
         _log_plan(plans, budget_s)
         _search([(t, p) for t, p in zip(tasks, plans) if p.trials], target, database_dir, job,
@@ -130,7 +129,8 @@ def tune(mod, target, database_dir: Path, *, trials: int, rules: list, trials_pe
     return plans
 
 
-def _seed(task, plan: TaskPlan, target, rules, existing, job, measure: Measure) -> float | None:
+def _seed(task, plan: TaskPlan, target, scheduler: ApplyScheduleRules, existing, job,
+          measure: Measure) -> float | None:
     """Measure the task's best existing record, or seed it with the hand-written schedule.
     Returns seconds per launch (None when neither exists or it cannot run here)."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
@@ -141,7 +141,7 @@ def _seed(task, plan: TaskPlan, target, rules, existing, job, measure: Measure) 
         plan.tuned = not is_seed(record.trace)  # a seed alone is no search
         run_secs = [float(s) for s in record.run_secs or []]
         return min(run_secs) if run_secs else None
-    hand_written = _hand_written(workload["main"], target, rules)
+    hand_written = _hand_written(workload["main"], target, scheduler)
     if hand_written is None:
         return None
     seconds = measure(hand_written.mod["main"], target)
@@ -154,24 +154,19 @@ def _seed(task, plan: TaskPlan, target, rules, existing, job, measure: Measure) 
 
 def is_seed(trace) -> bool:
     """Whether a record's trace is a hand-written seed (annotated by :func:`_hand_written`)."""
-    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == SEED_ANNOTATION
+    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == SCHEDULE_ATTR
                for inst in trace.insts)
 
 
-def _hand_written(func, target, rules):
-    """The first rule's schedule of ``func``, its root block annotated with the rule's name so
-    the trace says where it came from."""
-    from ..passes.apply_schedule_rules import rule_name  # noqa: PLC0415
-
-    for rule in rules:
-        try:
-            sch = rule.apply(func, target, False)
-        except Exception:  # noqa: BLE001 - the build falls through to the next rule likewise
-            continue
-        if sch is not None:
-            sch.annotate(sch.get_sblock("root"), SEED_ANNOTATION, rule_name(rule))
-            return sch
-    return None
+def _hand_written(func, target, scheduler: ApplyScheduleRules):
+    """The schedule the build would give ``func``, its root block annotated with the rule's name
+    so the trace says where it came from."""
+    found = scheduler.schedule(func, target)
+    if found is None:
+        return None
+    name, sch = found
+    sch.annotate(sch.get_sblock("root"), SCHEDULE_ATTR, name)
+    return sch
 
 
 class Measure:
@@ -184,7 +179,7 @@ class Measure:
     def __call__(self, func, target) -> float:
         import tvm  # noqa: PLC0415
 
-        from ..profile import random_array  # noqa: PLC0415
+        from ..profile import param_specs, random_args  # noqa: PLC0415
 
         library = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
                               target=target)
@@ -198,9 +193,7 @@ class Measure:
             self._session.upload(path)
             module = self._session.load_module(os.path.basename(path))
             device = self._session.device(kind, 0)
-        rng = np.random.default_rng(0)
-        args = [tvm.runtime.tensor(random_array(rng, [int(d) for d in p.ty.shape],
-                                                str(p.ty.dtype)), device) for p in func.params]
+        args = random_args(param_specs(func), device)
         timer = module.time_evaluator("main", device, number=1, repeat=3, min_repeat_ms=100)
         return float(min(timer(*args).results))
 
@@ -318,10 +311,6 @@ def _merge_staging(staging: Path, database_dir: Path) -> int:
     try:
         if not database.has_database(staging):
             return 0
-        with database.locked(database_dir):
-            merged = database.read(database_dir)
-            added = database.merge_into(merged, database.read(staging))
-            database.write(merged)
-        return added
+        return sum(database.merge_folders([staging], database_dir).added.values())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
