@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TARGET ?= avx512
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-slow sysdeps clean
+.PHONY: demo test test-slow test-arm sysdeps arm-sysdeps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,19 @@ sysdeps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq g++-aarch64-linux-gnu >/dev/null; }
 
+# The emulated arm64 host (`tvmfuse arm-host`): debootstrap, and qemu-user run by the kernel for
+# aarch64 binaries (binfmt_misc). Needs root.
+arm-sysdeps: sysdeps
+	@command -v debootstrap >/dev/null && [ -e /usr/libexec/qemu-binfmt/aarch64-binfmt-P ] || { \
+	  echo "installing debootstrap and qemu-user-static for the emulated arm64 host"; \
+	  apt-get update -qq && apt-get install -y -qq debootstrap qemu-user-static binfmt-support >/dev/null; }
+	@# a machine that cannot register binfmt handlers (a container without privileges) cannot
+	@# emulate: the arm tests then skip, naming the reason
+	@[ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc \
+	  /proc/sys/fs/binfmt_misc || echo "warning: cannot mount binfmt_misc: no arm64 emulation"
+	@[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --enable qemu-aarch64 \
+	  || echo "warning: cannot register qemu-aarch64: no arm64 emulation"
+
 demo: $(STAMP)
 	$(BIN)/tvmfuse build resnet50 --target $(TARGET) -o build/resnet50 --verify --bench
 
@@ -31,6 +44,10 @@ test: $(STAMP) sysdeps
 
 test-slow: $(STAMP) sysdeps
 	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+
+# arm64 builds run and tuned over RPC on the emulated host (its root is made once, ~4 minutes).
+test-arm: $(STAMP) arm-sysdeps
+	$(BIN)/python -m pytest -m arm $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build

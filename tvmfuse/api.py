@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from . import __version__, env, pipeline, profile, runtime, strategy
 from . import bench as bench_
 from .errors import TvmfuseError
@@ -96,6 +98,13 @@ def default_database(target: TargetSpec) -> Path | None:
     """The target's committed database under ``tuning_logs/``, if it holds records."""
     folder = env.TUNING_LOGS / target.key
     return folder if tuning_db.has_database(folder) else None
+
+
+def tuning_database(target: TargetSpec, remote=None) -> Path:
+    """Where ``tvmfuse tune`` writes by default: ``tuning_logs/<target-key>/``, or
+    ``<target-key>-emulated/`` when it measures on an emulator (``remote.emulated``)."""
+    suffix = "-emulated" if remote is not None and remote.emulated else ""
+    return env.TUNING_LOGS / f"{target.key}{suffix}"
 
 
 def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
@@ -213,7 +222,7 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
     log.info("implementations (kernel launches): %s",
              ", ".join(f"{name} {n}" for name, n in by_implementation.most_common()))
     if analysis.database is None:
-        log.info("no tuning database: every kernel runs with a default schedule")
+        log.info("no tuning database: kernels run with the schedules above")
     else:
         untuned = analysis.untuned
         seeds = sum(analysis.implementations.get(k, "").startswith(strategy.DATABASE_SEED)
@@ -250,12 +259,23 @@ def build(compiled: Compiled, out_dir: str | Path) -> Path:
         compiled.target.export(compiled.executable, str(staging / runtime.LIBRARY))
         manifest = _manifest(compiled)
         (staging / runtime.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        _write_check(compiled.model, staging / runtime.CHECK)
         _swap_in(staging, out_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     log.info("wrote %s", out_dir)
     return out_dir
+
+
+def _write_check(model: ImportedModel, path: Path) -> None:
+    """Save the example inputs and the reference's outputs on them, for ``tvmfuse run --check``
+    on a device that has no PyTorch."""
+    if model.reference is None:
+        return
+    outputs = model.reference(*model.example_inputs)
+    np.savez(path, **{f"input:{s.name}": a for s, a in zip(model.inputs, model.example_inputs)},
+             **{f"output:{s.name}": a for s, a in zip(model.outputs, outputs)})
 
 
 def _swap_in(staging: Path, out_dir: Path) -> None:
@@ -373,13 +393,21 @@ def tune(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, tri
     (``HOST:PORT:KEY``) measures on a device registered with an RPC tracker instead of here.
     Returns the database folder and the task plans."""
     from . import tuning  # noqa: PLC0415
-    from .tuning.remote import Remote  # noqa: PLC0415
+    from .remote import Remote  # noqa: PLC0415
 
     remote = Remote.parse(rpc) if rpc is not None else None
     if remote is None and target.why_not_runnable() is not None:
         raise TvmfuseError(f"cannot tune for {target.name} here: {target.why_not_runnable()}; "
                            f"measure on a device with --rpc HOST:PORT:KEY")
-    database = options.database or env.TUNING_LOGS / target.key
+    database = options.database or tuning_database(target, remote)
+    if remote is not None and remote.emulated:
+        if database.resolve() == (env.TUNING_LOGS / target.key).resolve():
+            raise TvmfuseError(f"{remote.key} is an emulator: records measured there must not go "
+                               f"into {target.name}'s database {database}; leave --db out (they "
+                               f"go to {tuning_database(target, remote)})")
+        log.warning("tuning on %s, an emulator: its times say nothing about %s's speed, and the "
+                    "records go to %s, which builds never apply unless given with --db",
+                    remote.key, target.name, database)
     mod, _ = analyze(model, target, BuildOptions(fusion_rules=options.fusion_rules,
                                                  use_database=False))
     with target.tvm_target():
@@ -391,6 +419,6 @@ def tune(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, tri
     return database, plans
 
 
-def load(path: str | Path) -> runtime.Deployed:
-    """Load a build folder for running (see :mod:`tvmfuse.runtime`)."""
-    return runtime.load(path)
+def load(path: str | Path, rpc: str | None = None) -> runtime.Deployed:
+    """Load a build folder for running here, or on an RPC device (see :mod:`tvmfuse.runtime`)."""
+    return runtime.load(path, rpc)

@@ -31,3 +31,7 @@ def short_openmp_spin() -> None:
     62 ms after torch.compile); OMP_WAIT_POLICY=PASSIVE instead cost torch.compile 35%. Read
     when PyTorch loads OpenMP, so call it before torch is imported."""
     os.environ.setdefault("GOMP_SPINCOUNT", "20000")
+
+#: Where `tvmfuse arm-host` keeps its emulated arm64 root and its server logs (about 830 MB).
+ARM_HOST_DIR = Path(os.environ.get("TVMFUSE_ARM_HOST_DIR",
+                                   Path.home() / ".cache" / "tvmfuse" / "arm64-host"))

@@ -17,6 +17,9 @@ from .specs import TensorSpec
 
 LIBRARY = "model.so"
 MANIFEST = "manifest.json"
+#: The model's example inputs and its reference's outputs on them, by name, written at build
+#: time: ``tvmfuse run --check`` compares a device's outputs against them, with no torch there.
+CHECK = "check.npz"
 
 
 @dataclass
@@ -29,11 +32,28 @@ class Deployed:
     outputs: tuple[TensorSpec, ...]
     vm: object
     device: object
+    #: The RPC address it runs at, or None when it runs in this process.
+    rpc: str | None = None
 
     def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Run one inference; checks every input against the manifest first."""
         self.check_inputs(arrays)
-        return to_numpy(self.vm["main"](*self._to_device(arrays)))
+        args = self._to_device(arrays)
+        if self.rpc is None:
+            return to_numpy(self.vm["main"](*args))
+        # over RPC, main's result would be an opaque remote object: run it statefully instead
+        self.vm.set_input("main", *args)
+        self.vm.invoke_stateful("main")
+        return to_numpy(self.vm.get_outputs("main"))
+
+    def reference(self) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+        """The example inputs and reference outputs saved at build time, or None."""
+        path = self.path / CHECK
+        if not path.is_file():
+            return None
+        with np.load(path) as saved:
+            return ([saved[f"input:{s.name}"] for s in self.inputs],
+                    [saved[f"output:{s.name}"] for s in self.outputs])
 
     def check_inputs(self, arrays: list[np.ndarray]) -> None:
         if len(arrays) != len(self.inputs):
@@ -47,6 +67,8 @@ class Deployed:
     def runner(self, arrays: list[np.ndarray]):
         """A zero-argument callable running one blocking inference on ``arrays`` (for timing):
         inputs are checked and copied to the device once, up front."""
+        if self.rpc is not None:
+            raise TvmfuseError("time a remote build with remote_times(), not a local runner")
         self.check_inputs(arrays)
         args = self._to_device(arrays)
         main = self.vm["main"]
@@ -63,9 +85,16 @@ class Deployed:
         return [tvm.runtime.tensor(np.ascontiguousarray(a), self.device) for a in arrays]
 
 
-def load(path: str | Path) -> Deployed:
-    """Load the build in ``path``; a TvmfuseError says why when it cannot run here."""
-    env.use_all_cores()
+    def remote_times(self, arrays: list[np.ndarray], repeat: int) -> list[float]:
+        """Seconds of ``repeat`` runs timed on the remote device itself (RPC builds)."""
+        self.vm.set_input("main", *self._to_device(arrays))
+        timer = self.vm.time_evaluator("invoke_stateful", self.device, number=1, repeat=repeat)
+        return list(timer("main").results)
+
+
+def load(path: str | Path, rpc: str | None = None) -> Deployed:
+    """Load the build in ``path`` here, or on the device an RPC tracker knows as ``rpc``
+    (``HOST:PORT:KEY``); a TvmfuseError says why when it cannot run there."""
     path = Path(path)
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
@@ -77,21 +106,33 @@ def load(path: str | Path) -> Deployed:
     from .targets import get_target  # noqa: PLC0415
 
     target = get_target(manifest["target"]["name"])
-    reason = target.why_not_runnable()
-    if reason:
-        raise TvmfuseError(f"this build cannot run here: {reason}")
+    library = path / manifest["library"]
     import tvm  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
 
-    device = tvm.cuda(0) if target.device == "cuda" else tvm.cpu(0)
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(path / manifest["library"])), device)
+    if rpc is None:
+        reason = target.why_not_runnable()
+        if reason:
+            raise TvmfuseError(f"this build cannot run here: {reason}; run it on its device "
+                               f"with --rpc HOST:PORT:KEY")
+        env.use_all_cores()
+        device = tvm.cuda(0) if target.device == "cuda" else tvm.cpu(0)
+        module = tvm.runtime.load_module(str(library))
+    else:
+        from .remote import Remote  # noqa: PLC0415
+
+        session = Remote.parse(rpc).session()
+        session.upload(str(library))
+        module = session.load_module(library.name)
+        device = session.cuda(0) if target.device == "cuda" else session.cpu(0)
     return Deployed(
         path,
         manifest,
         tuple(TensorSpec.from_json(s) for s in manifest["inputs"]),
         tuple(TensorSpec.from_json(s) for s in manifest["outputs"]),
-        vm,
+        relax.VirtualMachine(module, device),
         device,
+        rpc,
     )
 
 

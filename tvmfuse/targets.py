@@ -161,14 +161,27 @@ def _x86_64() -> TargetSpec:
     )
 
 
-def _arm64() -> TargetSpec:
+#: Named aarch64 cores: target name -> (LLVM mcpu, features beyond NEON, what it is).
+_ARM_CORES = {
+    "arm64": ("generic", (), "any 64-bit ARM Linux core with NEON"),
+    "arm64-a72": ("cortex-a72", ("+crc",), "Cortex-A72 (Raspberry Pi 4)"),
+    "arm64-a76": ("cortex-a76", ("+dotprod",), "Cortex-A76 (Raspberry Pi 5)"),
+    "arm64-n1": ("neoverse-n1", ("+dotprod",), "Neoverse-N1 (AWS Graviton2, Ampere Altra)"),
+}
+#: Cores the ARM targets assume (MetaSchedule needs a number; the runtime uses the board's own).
+_ARM_CORES_ASSUMED = 4
+
+
+def _arm64(name: str) -> TargetSpec:
+    mcpu, features, what = _ARM_CORES[name]
     return TargetSpec(
-        name="arm64",
-        key="arm64-neon",
-        config={"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]},
+        name=name,
+        key="arm64-neon" if mcpu == "generic" else f"arm64-{mcpu}",
+        config={"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": mcpu,
+                "mattr": ["+neon", *features], "num-cores": _ARM_CORES_ASSUMED},
         device="cpu",
         arch="aarch64",
-        description="64-bit ARM Linux with NEON, cross-linked with aarch64-linux-gnu-g++",
+        description=f"{what}, cross-linked with aarch64-linux-gnu-g++",
         rules_section="arm64",
         cross_cc="aarch64-linux-gnu-g++",
         vector=Vector(lanes=4, registers=32),
@@ -187,7 +200,9 @@ def _cuda_sm90() -> TargetSpec:
     )
 
 
-_TARGETS = {"avx512": _avx512, "x86-64": _x86_64, "arm64": _arm64, "cuda-sm90": _cuda_sm90}
+_TARGETS = {"avx512": _avx512, "x86-64": _x86_64,
+            **{name: functools.partial(_arm64, name) for name in _ARM_CORES},
+            "cuda-sm90": _cuda_sm90}
 
 
 def target_names() -> list[str]:

@@ -11,9 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from .errors import TvmfuseError
-from .frontend import ImportedModel
 from .runtime import Deployed
+
+if TYPE_CHECKING:  # the deployment path (`tvmfuse run --check`) imports no frontend
+    from .frontend import ImportedModel
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +60,40 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
         batches.append([np.concatenate([a, a[::-1]]) for a in model.example_inputs])
     checks = []
     for arrays in batches:
-        outs = deployed.run(arrays)
-        refs = model.reference(*arrays)
-        if len(outs) != len(refs):
-            raise TvmfuseError(
-                f"the build returns {len(outs)} outputs, {model.reference_name} {len(refs)}"
-            )
-        for spec, out, ref in zip(deployed.outputs, outs, refs):
-            tol = TOLERANCE.get(spec.dtype, 0.0)
-            checks.append(OutputCheck(spec.name, len(arrays[0]), relative_error(out, ref), tol))
+        checks += compare(deployed, deployed.run(arrays), model.reference(*arrays),
+                          len(arrays[0]), model.reference_name)
+    return _judge(checks, model.reference_name)
+
+
+def verify_saved(deployed: Deployed) -> list[OutputCheck]:
+    """Run the build on the example inputs saved with it and compare with the reference outputs
+    saved with them (``check.npz``): the check for a device without PyTorch."""
+    saved = deployed.reference()
+    if saved is None:
+        raise TvmfuseError(f"{deployed.path} holds no reference outputs (the model had no "
+                           f"reference when it was built); rebuild it with PyTorch or ONNX "
+                           f"Runtime installed")
+    inputs, refs = saved
+    name = "the reference saved at build time"
+    return _judge(compare(deployed, deployed.run(inputs), refs, len(inputs[0]), name), name)
+
+
+def compare(deployed: Deployed, outs, refs, batch: int, reference_name: str) -> list[OutputCheck]:
+    if len(outs) != len(refs):
+        raise TvmfuseError(f"the build returns {len(outs)} outputs, {reference_name} {len(refs)}")
+    return [OutputCheck(spec.name, batch, relative_error(out, ref), TOLERANCE.get(spec.dtype, 0.0))
+            for spec, out, ref in zip(deployed.outputs, outs, refs)]
+
+
+def _judge(checks: list[OutputCheck], reference_name: str) -> list[OutputCheck]:
     for check in checks:
         log.info("verify %s (batch %d): relative L2 error %.2e (tolerance %.0e) against %s",
-                 check.name, check.batch, check.rel_err, check.tolerance, model.reference_name)
+                 check.name, check.batch, check.rel_err, check.tolerance, reference_name)
     bad = [c for c in checks if not c.ok]
     if bad:
         c = bad[0]
         raise TvmfuseError(
-            f"output {c.name} (batch {c.batch}) differs from {model.reference_name}: relative L2 "
+            f"output {c.name} (batch {c.batch}) differs from {reference_name}: relative L2 "
             f"error {c.rel_err:.3e} > tolerance {c.tolerance:.0e}"
         )
     return checks

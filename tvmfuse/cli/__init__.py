@@ -9,9 +9,9 @@ import warnings
 
 from .. import __version__, env
 from ..errors import TvmfuseError
-from . import bench, build, db, inspect, run, tune
+from . import arm_host, bench, build, db, inspect, run, tune
 
-SUBCOMMANDS = (build, run, inspect, bench, tune, db)
+SUBCOMMANDS = (build, run, inspect, bench, tune, db, arm_host)
 
 log = logging.getLogger("tvmfuse")
 

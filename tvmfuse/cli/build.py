@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
     add_database_arguments(parser, "the build")
     parser.add_argument("--verify", action="store_true",
                         help="check every output against PyTorch (or ONNX Runtime) after building")
+    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
+                        help="--verify on the device that registered KEY with the RPC tracker at "
+                             "HOST:PORT (for targets that cannot run here, e.g. arm64)")
     parser.add_argument("--bench", action="store_true",
                         help="time the build next to the reference, side by side")
     parser.add_argument("--repeat", type=int, default=5, metavar="N",
@@ -38,6 +41,9 @@ def handle(args: argparse.Namespace) -> int:
 
     if args.repeat < 1:
         raise TvmfuseError("--repeat must be at least 1")
+    if args.rpc and (args.bench or not args.verify):
+        raise TvmfuseError("--rpc goes with --verify (time a remote build with `tvmfuse run DIR "
+                           "--rpc ... --check --repeat N`)")
     target = api.get_target(args.target)
     model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)
     options = api.BuildOptions(database=args.db, use_database=not args.no_db, dump_ir=args.dump_ir,
@@ -45,7 +51,7 @@ def handle(args: argparse.Namespace) -> int:
     out = api.build(api.compile_model(model, target, options), args.output)
     if not (args.verify or args.bench):
         return 0
-    deployed = api.load(out)
+    deployed = api.load(out, args.rpc)
     if args.verify:
         from ..verify import verify  # noqa: PLC0415
 

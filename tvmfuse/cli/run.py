@@ -1,4 +1,6 @@
-"""``tvmfuse run``: run a built library with the TVM runtime alone (no torch) and save its outputs."""
+"""``tvmfuse run``: run a built library with the TVM runtime alone (no torch), here or on a device
+through TVM's RPC tracker, and save its outputs; ``--check`` compares them with the reference
+outputs saved at build time."""
 
 from __future__ import annotations
 
@@ -23,6 +25,12 @@ def add_parser(sub) -> None:
                         help="a .npy file per input in order, or one .npz holding them by name")
     source.add_argument("--random", action="store_true",
                         help="run on seeded random inputs (symbolic dimensions as 1)")
+    source.add_argument("--check", action="store_true",
+                        help="run on the example inputs saved at build time and compare the "
+                             "outputs with the reference's (PyTorch or ONNX Runtime)")
+    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
+                        help="run on the device that registered KEY with the RPC tracker at "
+                             "HOST:PORT (e.g. a board, or `tvmfuse arm-host up`)")
     parser.add_argument("-o", "--output", type=Path, default=Path("outputs.npz"), metavar="FILE",
                         help="where to write the outputs (.npz, by output name; default outputs.npz)")
     parser.add_argument("--repeat", type=int, default=0, metavar="N",
@@ -32,22 +40,41 @@ def add_parser(sub) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     _without_torch()
-    from ..bench import measure  # noqa: PLC0415
     from ..runtime import load  # noqa: PLC0415
     from ..specs import random_inputs  # noqa: PLC0415
 
-    deployed = load(args.build_dir)
-    arrays = random_inputs(deployed.inputs) if args.random else _read_inputs(args.input, deployed)
+    deployed = load(args.build_dir, args.rpc)
+    if args.check:
+        from ..verify import verify_saved  # noqa: PLC0415
+
+        verify_saved(deployed)
+        arrays = deployed.reference()[0]
+    else:
+        arrays = random_inputs(deployed.inputs) if args.random else _read_inputs(args.input,
+                                                                                 deployed)
     outputs = deployed.run(arrays)
     np.savez(args.output, **{spec.name: out for spec, out in zip(deployed.outputs, outputs)})
     for spec, out in zip(deployed.outputs, outputs):
         log.info("%s: shape %s, dtype %s", spec.name, tuple(out.shape), out.dtype)
     log.info("wrote %s", args.output)
     if args.repeat > 0:
-        (latency,) = measure({"tvmfuse": deployed.runner(arrays)}, repeat=args.repeat)
-        log.info("median %.3f ms over %d runs (min %.3f, max %.3f)", latency.median_ms,
-                 args.repeat, latency.min_ms, latency.max_ms)
+        _time(deployed, arrays, args.repeat)
     return 0
+
+
+def _time(deployed, arrays, repeat: int) -> None:
+    from ..bench import measure  # noqa: PLC0415
+    from ..remote import Remote  # noqa: PLC0415
+
+    if deployed.rpc is None:
+        (latency,) = measure({"tvmfuse": deployed.runner(arrays)}, repeat=repeat)
+        median, low, high = latency.median_ms, latency.min_ms, latency.max_ms
+    else:
+        times = sorted(1e3 * t for t in deployed.remote_times(arrays, repeat))
+        median, low, high = float(np.median(times)), times[0], times[-1]
+    log.info("median %.3f ms over %d runs (min %.3f, max %.3f)", median, repeat, low, high)
+    if deployed.rpc is not None and Remote.parse(deployed.rpc).emulated:
+        log.warning("measured on an emulator: these times say nothing about the device's speed")
 
 
 def _without_torch() -> None:

@@ -36,7 +36,7 @@ from pathlib import Path
 from ..errors import TvmfuseError
 from ..passes.apply_schedule_rules import SCHEDULE_ATTR, ApplyScheduleRules
 from . import database
-from .remote import Remote, SharedLibraryExport
+from ..remote import Remote, SharedLibraryExport
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,13 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from ..errors import TvmfuseError
+from .errors import TvmfuseError
 
 #: How long one RPC session may last (a measurement, or one candidate's runs).
 SESSION_TIMEOUT_S = 120
+#: Device keys that start with this name an emulator (``tvmfuse arm-host`` registers
+#: ``qemu-arm64``): what is measured there says nothing about the hardware's speed.
+EMULATED_PREFIX = "qemu-"
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,10 @@ class Remote:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}:{self.key}"
+
+    @property
+    def emulated(self) -> bool:
+        return self.key.startswith(EMULATED_PREFIX)
 
     def runner_config(self):
         from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
