@@ -104,3 +104,62 @@ def test_bench_cli_writes_json_and_png(tmp_path):
         assert {"engine", "median_ms", "min_ms", "max_ms", "rel_err"} <= set(r)
         assert r["rel_err"] <= 1e-4
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_engine_computes_in_the_bench_precision():
+    model = api.import_model("tiny-resnet")
+    target = api.get_target("avx512")
+    half = api.bench(model, target, ["tvmfuse", "stock-tvm", "torch-eager", "onnxruntime"],
+                     options=api.BuildOptions(), threads=1, repeat=3, max_seconds=5, peak=False,
+                     dtype="float16")
+    assert half.dtype == "float16" and not half.skipped
+    # float16 against the float32 reference: visibly less exact than float32, within fp16's reach
+    for r in half.results:
+        assert 1e-6 < r.rel_err < 1e-2, r
+    bf16 = api.bench(model, target, ["tvmfuse", "torch-eager", "onnxruntime"],
+                     options=api.BuildOptions(), threads=1, repeat=3, max_seconds=5, peak=False,
+                     dtype="bfloat16")
+    assert "float16 only" in bf16.skipped["tvmfuse"] and "bfloat16" in bf16.skipped["onnxruntime"]
+    (eager,) = bf16.results
+    assert 1e-4 < eager.rel_err < 5e-2
+
+
+def test_float16_builds_fold_batch_norm_before_the_precision_casts():
+    model = api.import_model("tiny-resnet")
+    mod, analysis = api.analyze(model, api.get_target("avx512"), api.BuildOptions(dtype="float16"))
+    ops = {op for g in analysis.groups for op in g.ops}
+    assert "conv2d" in ops and not {"subtract", "divide"} & ops  # BatchNorm folded
+    dtypes = {str(p.ty.dtype) for f in mod.functions.values() if hasattr(f, "params")
+              for p in f.params if hasattr(p.ty, "dtype")}
+    assert "float16" in dtypes
+    with pytest.raises(TvmfuseError, match="not bfloat16"):
+        api.analyze(model, api.get_target("avx512"), api.BuildOptions(dtype="bfloat16"))
+
+
+def test_stock_tvm_applies_the_same_tuning_database(tmp_path):
+    """Seed a database with the stock pipeline's own kernels; the stock pipeline then builds
+    them with those records (each record's trace annotates the kernel with its rule)."""
+    import torch
+    import tvm
+    from tvm import relax
+
+    from tvmfuse import pipeline, strategy, tuning
+    from tvmfuse.passes.apply_schedule_rules import SCHEDULE_ATTR
+
+    model = api.import_torch(torch.nn.Linear(64, 32).eval(), [torch.randn(4, 64)])
+    spec = api.get_target("avx512")
+    target = spec.tvm_target()
+    with target:
+        fused = tvm.transform.Sequential([
+            relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),
+        ])(model.mod)
+        tuning.tune(fused, target, tmp_path, trials=0, scheduler=strategy.scheduler(spec),
+                    progress=False)
+
+    def annotated(database):
+        mod = pipeline.stock(target, database)(model.mod)
+        return [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)
+                and SCHEDULE_ATTR in f.script()]
+
+    assert annotated(tmp_path) and not annotated(None)

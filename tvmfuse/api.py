@@ -40,6 +40,8 @@ class BuildOptions:
     ``database`` is a MetaSchedule JSON database folder; ``None`` takes the target's folder under
     ``tuning_logs/`` when it holds records, and ``use_database=False`` applies none at all.
     ``fusion_rules`` is a rules file over the shipped defaults (see :mod:`tvmfuse.rules`).
+    ``dtype`` is the precision the kernels compute in: float32, or float16 (TVM's
+    ToMixedPrecision after the folds; inputs and outputs stay float32).
     """
 
     database: Path | None = None
@@ -47,6 +49,7 @@ class BuildOptions:
     dump_ir: Path | None = None
     fusion_rules: Path | None = None
     verify_fusion: bool = False
+    dtype: str = "float32"
 
 
 @dataclass
@@ -140,12 +143,13 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
     # The database matters only to a run that reaches the schedule phases; resolving it reads
     # and checks every record, so a run that stops before them skips it.
     reaches_schedules = until is None or until in ("apply_database", "schedule", "lower")
-    analysis.database = _database(target, options) if reaches_schedules else None
+    analysis.database = build_database(target, options) if reaches_schedules else None
     with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:
         # corrupt lines and other targets' records are left out of what the build applies
         applied = (None if analysis.database is None else
                    tuning_db.usable(analysis.database, target.config, Path(scratch)))
-        pipeline_options = pipeline.PipelineOptions(rules, applied, options.verify_fusion)
+        pipeline_options = pipeline.PipelineOptions(rules, applied, options.verify_fusion,
+                                                     options.dtype)
         mod = pipeline.run(model.mod, target, pipeline_options, until=until, on_phase=on_phase)
     return mod, analysis
 
@@ -185,7 +189,8 @@ def profile_kernels(model: ImportedModel, target: TargetSpec, options: BuildOpti
     return [t.to_json() for t in times]
 
 
-def _database(target: TargetSpec, options: BuildOptions) -> Path | None:
+def build_database(target: TargetSpec, options: BuildOptions) -> Path | None:
+    """The tuning database a build with ``options`` applies, or None."""
     if not options.use_database:
         return None
     database = options.database or default_database(target)
@@ -328,8 +333,9 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
           dtype: str = "float32") -> bench_.Report:
     """Time ``engines`` side by side on ``model``'s example inputs; see :mod:`tvmfuse.bench`.
 
-    Every engine's outputs are compared with the reference (PyTorch eager, or ONNX Runtime for an
-    ONNX file), and engines that cannot run here are skipped with the reason in the report.
+    Every engine computes in ``dtype`` (float32, float16, bfloat16); its outputs are compared
+    with the float32 reference (PyTorch eager, or ONNX Runtime for an ONNX file). Engines that
+    cannot run here are skipped with the reason in the report.
     """
     import torch  # noqa: PLC0415
 
@@ -342,7 +348,7 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
     ctx = engines_.BenchContext(
         model=model, target=target, inputs=model.example_inputs, threads=threads,
         build_options=options, torch_module=model.torch_module,
-        onnx_path=Path(model.source) if model.kind == "onnx" else None,
+        onnx_path=Path(model.source) if model.kind == "onnx" else None, dtype=dtype,
     )
     references = model.reference(*model.example_inputs)
     flops = count_flops(model)

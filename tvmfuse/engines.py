@@ -3,6 +3,12 @@
 An engine is a blocking zero-argument callable for timing plus what it cost to prepare. A peer that
 cannot be prepared here (no onnxruntime, an export that fails) raises :class:`Unavailable` and is
 skipped with one log line.
+
+Precision (``BenchContext.dtype``): every engine computes in it, and its outputs are compared
+with the float32 PyTorch reference. PyTorch engines run the module and float inputs cast to it;
+ONNX Runtime runs that module's export; the TVM engines run TVM's ``ToMixedPrecision`` over the
+imported float32 module (convolutions and matmuls and what follows them in float16, inputs and
+outputs in float32), which supports float16 only.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +54,7 @@ class BenchContext:
     build_options: object  # api.BuildOptions
     torch_module: object | None  # the nn.Module for PyTorch engines, None for ONNX sources
     onnx_path: Path | None  # the ONNX file for ONNX sources
+    dtype: str = "float32"  # the precision every engine computes in
 
 
 def prepare(name: str, ctx: BenchContext) -> Engine:
@@ -82,19 +89,41 @@ def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -
 def _tvmfuse(ctx: BenchContext) -> Engine:
     from . import api  # noqa: PLC0415
 
-    compiled = api.compile_model(ctx.model, ctx.target, ctx.build_options)
+    _check_tvm_precision(ctx)
+    compiled = api.compile_model(ctx.model, ctx.target, replace(ctx.build_options, dtype=ctx.dtype))
     return _tvm_engine("tvmfuse", compiled.executable, ctx, len(compiled.analysis.kernels))
 
 
+def _check_tvm_precision(ctx: BenchContext) -> None:
+    from .pipeline import PRECISIONS  # noqa: PLC0415
+
+    if ctx.dtype not in PRECISIONS:
+        raise Unavailable(f"TVM's ToMixedPrecision converts to float16 only, not {ctx.dtype}")
+
+
 def _stock_tvm(ctx: BenchContext) -> Engine:
-    """TVM's own default build of the same Relax module: `tvm.compile` and nothing else."""
+    """TVM's own default build of the same Relax module (`tvm.compile` with the target's default
+    pipeline), with the same tuning database applied after its FuseTIR when there is one."""
     import tvm  # noqa: PLC0415
 
+    from . import api, pipeline  # noqa: PLC0415
     from .report import stock_kernel_calls  # noqa: PLC0415
+    from .tuning import database as tuning_db  # noqa: PLC0415
 
+    from tvm import relax  # noqa: PLC0415
+
+    _check_tvm_precision(ctx)
+    mod = ctx.model.mod
+    if ctx.dtype != "float32":
+        mod = relax.transform.ToMixedPrecision(out_dtype=ctx.dtype)(mod)
     target = ctx.target.tvm_target()
-    executable = tvm.compile(ctx.model.mod, target=target)
-    return _tvm_engine("stock-tvm", executable, ctx, len(stock_kernel_calls(ctx.model.mod, target)))
+    database = api.build_database(ctx.target, ctx.build_options)
+    with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:
+        if database is not None:
+            database = tuning_db.usable(database, ctx.target.config, Path(scratch))
+        executable = tvm.compile(mod, target=target,
+                                 relax_pipeline=pipeline.stock(target, database))
+    return _tvm_engine("stock-tvm", executable, ctx, len(stock_kernel_calls(mod, target)))
 
 
 # --- PyTorch -----------------------------------------------------------------------------------
@@ -108,7 +137,10 @@ def _torch_engine(name: str, fn, ctx: BenchContext) -> Engine:
     if ctx.torch_module is None:
         raise Unavailable(f"{ctx.model.source} is not a PyTorch model")
     cuda = ctx.target.device == "cuda"
-    args = tuple(torch.from_numpy(a).to("cuda" if cuda else "cpu") for a in ctx.inputs)
+    dtype = getattr(torch, ctx.dtype)
+    args = tuple(torch.from_numpy(a).to("cuda" if cuda else "cpu",
+                                        dtype if a.dtype.kind == "f" else None)
+                 for a in ctx.inputs)
 
     def run():
         with torch.inference_mode():
@@ -117,25 +149,46 @@ def _torch_engine(name: str, fn, ctx: BenchContext) -> Engine:
             torch.cuda.synchronize()
         return out
 
+    def outputs():  # numpy has no bfloat16: compare in float32
+        return [a.astype(np.float32) if a.dtype.kind == "f" else a
+                for a in _flatten_torch(_map_floats(run(), lambda t: t.float()))]
+
     run()  # compiled engines compile on their first call: count it as setup
-    return Engine(name, run, lambda: _flatten_torch(run()), 0.0)
+    return Engine(name, run, outputs, 0.0)
+
+
+def _module(ctx: BenchContext):
+    """The PyTorch module in the bench's precision (a copy: the reference stays float32)."""
+    import torch  # noqa: PLC0415
+
+    if ctx.torch_module is None:
+        raise Unavailable(f"{ctx.model.source} is not a PyTorch model")
+    return copy.deepcopy(ctx.torch_module).to(getattr(torch, ctx.dtype))
+
+
+def _map_floats(tree, fn):
+    import torch  # noqa: PLC0415
+    from torch.utils import _pytree  # noqa: PLC0415
+
+    return _pytree.tree_map(lambda t: fn(t) if isinstance(t, torch.Tensor)
+                            and t.is_floating_point() else t, tree)
 
 
 def _torch_eager(ctx: BenchContext) -> Engine:
-    return _torch_engine("torch-eager", ctx.torch_module, ctx)
+    return _torch_engine("torch-eager", _module(ctx), ctx)
 
 
 def _torch_compile(ctx: BenchContext) -> Engine:
     import torch  # noqa: PLC0415
 
-    return _torch_engine("torch-compile", torch.compile(copy.deepcopy(ctx.torch_module)), ctx)
+    return _torch_engine("torch-compile", torch.compile(_module(ctx)), ctx)
 
 
 def _torch_compile_freezing(ctx: BenchContext) -> Engine:
     import torch  # noqa: PLC0415
 
     # Freezing folds weights into the graph as constants: the fastest Inductor variant on CPU.
-    compiled = torch.compile(copy.deepcopy(ctx.torch_module), options={"freezing": True})
+    compiled = torch.compile(_module(ctx), options={"freezing": True})
     return _torch_engine("torch-compile-freezing", compiled, ctx)
 
 
@@ -152,6 +205,10 @@ def _onnxruntime(ctx: BenchContext) -> Engine:
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             raise Unavailable("this onnxruntime has no CUDA execution provider")
         providers.insert(0, "CUDAExecutionProvider")
+    if ctx.dtype == "bfloat16":
+        raise Unavailable("ONNX Runtime's CPU kernels have no bfloat16")
+    if ctx.dtype != "float32" and ctx.onnx_path is not None:
+        raise Unavailable(f"{ctx.onnx_path} is an ONNX file in its own precision")
     path = ctx.onnx_path or _export_onnx(ctx)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -161,13 +218,20 @@ def _onnxruntime(ctx: BenchContext) -> Engine:
     # that spinning took the cores from the next engine (tvmfuse's ResNet-50 measured 61 ms
     # alone, 100 ms right after ORT runs).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(str(path), options, providers=providers)
-    feed = {i.name: a for i, a in zip(session.get_inputs(), ctx.inputs)}
+    try:
+        session = ort.InferenceSession(str(path), options, providers=providers)
+    except Exception as err:  # noqa: BLE001 - e.g. an op without a kernel for this dtype
+        raise Unavailable(f"ONNX Runtime cannot load the model: {str(err).splitlines()[0][:200]}") \
+            from None
+    feed = {i.name: a.astype(ctx.dtype) if a.dtype.kind == "f" else a
+            for i, a in zip(session.get_inputs(), ctx.inputs)}
 
     def outputs():
         return list(session.run(None, feed))
 
-    return Engine("onnxruntime", outputs, outputs, 0.0)
+    return Engine("onnxruntime", outputs,
+                  lambda: [o.astype(np.float32) if o.dtype.kind == "f" else o for o in outputs()],
+                  0.0)
 
 
 def _export_onnx(ctx: BenchContext) -> Path:
@@ -175,10 +239,14 @@ def _export_onnx(ctx: BenchContext) -> Path:
 
     if ctx.torch_module is None:
         raise Unavailable("no PyTorch module to export")
+    module = _module(ctx)
     path = Path(tempfile.mkdtemp(prefix="tvmfuse-bench-")) / "model.onnx"
     try:
-        device = next(ctx.torch_module.parameters()).device
-        torch.onnx.export(ctx.torch_module, tuple(torch.from_numpy(a).to(device) for a in ctx.inputs),
+        device = next(module.parameters()).device
+        dtype = getattr(torch, ctx.dtype)
+        args = tuple(torch.from_numpy(a).to(device, dtype if a.dtype.kind == "f" else None)
+                     for a in ctx.inputs)
+        torch.onnx.export(module, args,
                           str(path), dynamo=False, opset_version=17,
                           input_names=[s.name for s in ctx.model.inputs])
     except Exception as err:  # noqa: BLE001 - the exporter raises many types

@@ -15,6 +15,7 @@ from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 
 from . import strategy
+from .errors import TvmfuseError
 from .passes import (
     FoldBatchNorm, FoldMatmulReshape, MergeParallelMatmul, VerifyFusion,
 )
@@ -34,6 +35,18 @@ class PipelineOptions:
     database: Path | None = None
     #: Check every fused group against its ops one by one; split back the ones that fail.
     verify_fusion: bool = False
+    #: The precision kernels compute in (see :data:`PRECISIONS`).
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.dtype not in PRECISIONS:
+            raise TvmfuseError(f"tvmfuse computes in {' or '.join(PRECISIONS)}, not {self.dtype} "
+                               f"(TVM's ToMixedPrecision converts to float16 only)")
+
+
+#: What a build can compute in: float16 is TVM's ToMixedPrecision (convs, matmuls and what
+#: follows them in float16, inputs and outputs float32).
+PRECISIONS = ("float32", "float16")
 
 
 @dataclass(frozen=True)
@@ -48,14 +61,16 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
     rules = options.rules
     return [
         # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers, and
-        #    parallel matmuls on one input into one GEMM; then the strategy's layouts (NHWC convs
-        #    on CPUs), weights transposed here, at build time.
+        #    parallel matmuls on one input into one GEMM; the precision (after the folds, whose
+        #    patterns a cast would hide); then the strategy's layouts (NHWC convs on CPUs),
+        #    weights transposed and converted here, at build time.
         Phase("fold", tvm.transform.Sequential([
             relax.transform.FoldConstant(),
             _if(rules["fold_batch_norm"].enabled, FoldBatchNorm()),
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,
                 MergeParallelMatmul(rules["horizontal_matmul"].max_group_size)),
+            _if(options.dtype == "float16", relax.transform.ToMixedPrecision(out_dtype="float16")),
             *strategy.layout_passes(target, rules["conv_layout_nhwc"].enabled,
                                     rules["winograd_conv2d"].enabled),
         ])),
@@ -120,6 +135,26 @@ def _if(condition: bool, transform: tvm.transform.Pass) -> tvm.transform.Pass:
 def _backend(target: tvm.target.Target):
     # The backend modules themselves: 0.27's relax.pipeline dispatcher misses cpu_generic's.
     return cuda_backend if target.kind.name == "cuda" else cpu_backend
+
+
+def stock(target: tvm.target.Target, database: Path | None) -> tvm.transform.Pass:
+    """TVM's own default pipeline for ``target`` (what `tvm.compile` runs), with ``database``
+    applied right after its FuseTIR when given: the "stock TVM" baseline of `tvmfuse bench`."""
+    backend = _backend(target)
+
+    @tvm.transform.module_pass(opt_level=0, name="StockTVM")
+    def stock_pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        with target:  # the database pass reads the current target
+            passes = []
+            for transform in (backend.library_dispatch_passes(target)
+                              + backend.legalize_passes(target)):
+                passes.append(transform)
+                if transform.info.name == "FuseTIR":
+                    passes += _apply_database(database)
+            passes += backend.dataflow_lower_passes(target) + backend.finalize_passes(target)
+            return tvm.transform.Sequential(passes)(mod)
+
+    return stock_pipeline
 
 
 def _apply_database(database: Path | None) -> list[tvm.transform.Pass]:

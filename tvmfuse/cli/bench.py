@@ -16,7 +16,8 @@ from .common import add_database_arguments, add_model_arguments
 
 log = logging.getLogger(__name__)
 
-DTYPES = {"fp32": "float32"}
+#: --dtype -> the precision every engine computes in (see tvmfuse.engines).
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 def add_parser(sub) -> None:
