@@ -374,8 +374,12 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
     if not prepared:
         raise TvmfuseError("no engine could be prepared; see the warnings above")
     log.info("timing %s in interleaved rounds", ", ".join(prepared))
+    if target.device == "cuda":
+        report.timer, timer = "cuda-events", bench_.cuda_event_timer()
+    else:
+        timer = bench_.wall_clock_ms
     latencies = bench_.measure({n: e.run for n, e in prepared.items()}, repeat=repeat,
-                               warmup=2, max_seconds=max_seconds)
+                               warmup=2, max_seconds=max_seconds, timer=timer)
     for latency in latencies:
         engine = prepared[latency.engine]
         errors = [relative_error(o, r) for o, r in zip(engine.outputs(), references)]

@@ -98,7 +98,7 @@ def _print_table(report) -> None:
 
     peak = f", peak {report.peak_gflops:.0f} GFLOP/s" if report.peak_gflops else ""
     table = Table(title=f"{report.model} on {report.target}, {report.threads} threads, "
-                        f"{report.dtype}{peak}")
+                        f"{report.dtype}{peak}, timed by {report.timer}")
     columns = ["engine", "median ms", "min ms", "max ms", "runs", "vs best peer", "GFLOP/s",
                "of peak", "setup s", "rel err", "kernels"]
     for column in columns:
