@@ -136,6 +136,16 @@ def test_float16_builds_fold_batch_norm_before_the_precision_casts():
         api.analyze(model, api.get_target("avx512"), api.BuildOptions(dtype="bfloat16"))
 
 
+def test_float16_builds_take_relu6():
+    """ToMixedPrecision cannot type clip's scalar bounds (it raised on MobileNetV2's ReLU6):
+    the clips are decomposed before it, and still end in their convs' kernels."""
+    model = api.import_model("tiny-mobilenet")
+    _, analysis = api.analyze(model, api.get_target("avx512"), api.BuildOptions(dtype="float16"))
+    ops = [op for g in analysis.groups for op in g.ops]
+    assert "clip" not in ops and "minimum" in ops
+    assert all(g.ops[0] == "conv2d" for g in analysis.groups if "minimum" in g.ops)
+
+
 def test_stock_tvm_applies_the_same_tuning_database(tmp_path):
     """Seed a database with the stock pipeline's own kernels; the stock pipeline then builds
     them with those records (each record's trace annotates the kernel with its rule)."""

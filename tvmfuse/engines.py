@@ -115,7 +115,11 @@ def _stock_tvm(ctx: BenchContext) -> Engine:
     _check_tvm_precision(ctx)
     mod = ctx.model.mod
     if ctx.dtype != "float32":
-        mod = relax.transform.ToMixedPrecision(out_dtype=ctx.dtype)(mod)
+        try:
+            mod = relax.transform.ToMixedPrecision(out_dtype=ctx.dtype)(mod)
+        except tvm.error.TVMError as err:  # e.g. a clip's scalar bounds (MobileNetV2's ReLU6)
+            first_line = str(err).strip().splitlines()[-1]
+            raise Unavailable(f"TVM's ToMixedPrecision fails on this model: {first_line}") from None
     target = ctx.target.tvm_target()
     database = api.build_database(ctx.target, ctx.build_options)
     with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:

@@ -17,7 +17,8 @@ from tvm.relax.backend.cuda import pipeline as cuda_backend
 from . import strategy
 from .errors import TvmfuseError
 from .passes import (
-    FoldBatchNorm, FoldMatmulReshape, MergeParallelMatmul, VerifyFusion,
+    DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldMatmulReshape, MergeParallelMatmul,
+    VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -70,7 +71,12 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,
                 MergeParallelMatmul(rules["horizontal_matmul"].max_group_size)),
-            _if(options.dtype == "float16", relax.transform.ToMixedPrecision(out_dtype="float16")),
+            # ToMixedPrecision cannot type clip's scalar bounds (ReLU6): decomposed first; the
+            # casts of constants it leaves (the bounds) are evaluated after it.
+            _if(options.dtype == "float16", tvm.transform.Sequential([
+                DecomposeClip(), relax.transform.ToMixedPrecision(out_dtype="float16"),
+                FoldConstantCasts(),
+            ])),
             *strategy.layout_passes(target, rules["conv_layout_nhwc"].enabled,
                                     rules["winograd_conv2d"].enabled),
         ])),

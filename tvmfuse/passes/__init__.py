@@ -3,10 +3,11 @@
 from .apply_schedule_rules import ApplyScheduleRules
 from .decompose_clip import DecomposeClip
 from .fold_batch_norm import FoldBatchNorm
+from .fold_constant_casts import FoldConstantCasts
 from .fold_matmul_reshape import FoldMatmulReshape
 from .merge_parallel_matmul import MergeParallelMatmul
 from .verify_fusion import VerifyFusion
 from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldMatmulReshape",
+__all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts", "FoldMatmulReshape",
            "MergeParallelMatmul", "VerifyFusion", "WinogradConv2D"]
