@@ -17,8 +17,8 @@ from tvm.relax.backend.cuda import pipeline as cuda_backend
 from . import strategy
 from .errors import TvmfuseError
 from .passes import (
-    DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldMatmulReshape, MergeParallelMatmul,
-    VerifyFusion,
+    DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldMatmulReshape, FuseAttention,
+    MergeParallelMatmul, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -61,8 +61,8 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
     tvm_target = target.tvm_target()
     rules = options.rules
     return [
-        # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers, and
-        #    parallel matmuls on one input into one GEMM; the precision (after the folds, whose
+        # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers,
+        #    parallel matmuls on one input into one GEMM, attention into one kernel; the precision (after the folds, whose
         #    patterns a cast would hide); then the strategy's layouts (NHWC convs on CPUs),
         #    weights transposed and converted here, at build time.
         Phase("fold", tvm.transform.Sequential([
@@ -71,6 +71,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,
                 MergeParallelMatmul(rules["horizontal_matmul"].max_group_size)),
+            _attention(target, rules["fused_attention"].enabled),
             # ToMixedPrecision cannot type clip's scalar bounds (ReLU6): decomposed first; the
             # casts of constants it leaves (the bounds) are evaluated after it.
             _if(options.dtype == "float16", tvm.transform.Sequential([
@@ -115,6 +116,12 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             + _backend(tvm_target).finalize_passes(tvm_target)
         )),
     ]
+
+
+def _attention(target: TargetSpec, enabled: bool) -> tvm.transform.Pass:
+    """Attention chains as one kernel each, where the target has the kernel."""
+    kernel = strategy.attention_kernel(target)
+    return FuseAttention(kernel) if enabled and kernel is not None else tvm.transform.Sequential([])
 
 
 def _group_builder(target: TargetSpec, options: PipelineOptions):

@@ -33,13 +33,24 @@ def kernel_calls(mod: tvm.IRModule) -> list[str]:
     return calls
 
 
+#: Attributes of a kernel a tvmfuse pass wrote in place of several ops: the rule and those ops.
+FUSION_ATTR = "tvmfuse.fusion"
+OPS_ATTR = "tvmfuse.ops"
+
+
 def fusion_groups(mod: tvm.IRModule) -> list[FusionGroup]:
     """The groups of a module after FuseOps: each primitive function called by ``main``
-    that holds more than one op."""
+    that holds more than one op, and each kernel a tvmfuse pass wrote for several ops."""
     groups = []
     for block in mod["main"].body.blocks:
         for binding in block.bindings:
             value = binding.value
+            if _is_op(value, "relax.call_tir"):
+                kernel = mod[value.args[0]]  # a kernel a tvmfuse pass wrote (fused attention)
+                if FUSION_ATTR in (kernel.attrs or {}):
+                    groups.append(FusionGroup(value.args[0].name_hint, str(kernel.attrs[FUSION_ATTR]),
+                                              tuple(str(op) for op in kernel.attrs[OPS_ATTR])))
+                continue
             if not (isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar)):
                 continue
             func = mod[value.op]
@@ -89,7 +100,8 @@ def summarize(mod: tvm.IRModule) -> Summary:
                 kernels += 1
                 inputs = value.args[1]
                 args = inputs.fields if isinstance(inputs, relax.Tuple) else [inputs]
-                moved += sum(_bytes(a.ty) for a in args) + _bytes(value.ty)
+                read = {a: None for a in args}  # a tensor passed twice is read once
+                moved += sum(_bytes(a.ty) for a in read) + _bytes(value.ty)
     return Summary(kernels, moved)
 
 

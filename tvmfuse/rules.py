@@ -15,7 +15,8 @@ from pathlib import Path
 
 from .errors import TvmfuseError
 
-RULES = ("fold_batch_norm", "fold_matmul_reshape", "horizontal_matmul", "conv_layout_nhwc",
+RULES = ("fold_batch_norm", "fold_matmul_reshape", "horizontal_matmul", "fused_attention",
+         "conv_layout_nhwc",
          "winograd_conv2d", "conv_epilogue",
          "matmul_epilogue", "add_layer_norm", "scale_mask_softmax", "elementwise")
 SECTIONS = ("default", "avx512", "x86-64", "arm64", "cuda")

@@ -13,6 +13,8 @@ Three levers, applied in this order by the pipeline:
 
 from __future__ import annotations
 
+import functools
+
 import tvm
 from tvm import relax, tirx
 
@@ -56,6 +58,16 @@ def scheduler(target: TargetSpec) -> ApplyScheduleRules:
     from .schedules import cpu  # noqa: PLC0415
 
     return ApplyScheduleRules(cpu.rules(target.vector))
+
+
+def attention_kernel(target: TargetSpec):
+    """``AttentionShape -> PrimFunc``: the target's fused attention kernel (see
+    :class:`tvmfuse.passes.FuseAttention`), or None where there is none yet (GPUs)."""
+    if target.vector is None:
+        return None
+    from .schedules.cpu.attention import attention_kernel as cpu_kernel  # noqa: PLC0415
+
+    return functools.partial(cpu_kernel, lanes=target.vector.lanes)
 
 
 def implementations(mod: tvm.IRModule) -> dict[str, str]:

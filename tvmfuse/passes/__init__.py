@@ -5,9 +5,11 @@ from .decompose_clip import DecomposeClip
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
 from .fold_matmul_reshape import FoldMatmulReshape
+from .fuse_attention import FuseAttention
 from .merge_parallel_matmul import MergeParallelMatmul
 from .verify_fusion import VerifyFusion
 from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts", "FoldMatmulReshape",
+__all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
+           "FoldMatmulReshape", "FuseAttention",
            "MergeParallelMatmul", "VerifyFusion", "WinogradConv2D"]

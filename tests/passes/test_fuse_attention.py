@@ -1,0 +1,167 @@
+import numpy as np
+import pytest
+import torch
+import tvm
+from torch import nn
+
+from tvmfuse import api, pipeline, rules
+from tvmfuse.passes import FuseAttention
+from tvmfuse.report import FUSION_ATTR
+from tvmfuse.schedules.cpu.attention import AttentionShape, attention_kernel
+from tvmfuse.verify import verify
+
+TARGET = api.get_target("avx512")
+
+
+class Attention(nn.Module):
+    """Self-attention as BERT writes it: Q, K, V projections, heads split and merged."""
+
+    def __init__(self, dim=32, heads=4, scale=None, mask=True):
+        super().__init__()
+        self.heads, self.mask = heads, mask
+        self.scale = scale if scale is not None else (dim // heads) ** -0.5
+        self.q, self.k, self.v = (nn.Linear(dim, dim) for _ in range(3))
+
+    def forward(self, x, mask):
+        b, s, d = x.shape
+
+        def split(t):
+            return t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        scores = q @ k.transpose(-1, -2) * self.scale
+        if self.mask:
+            scores = scores + mask
+        return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, s, d)
+
+
+def _inputs(batch=2, seq=12, dim=32, mask_shape=None, masked=0.3):
+    torch.manual_seed(0)
+    mask_shape = mask_shape or (batch, 1, 1, seq)
+    mask = torch.where(torch.rand(mask_shape) < masked, torch.finfo(torch.float32).min, 0.0)
+    return [torch.randn(batch, seq, dim), mask]
+
+
+def _folded(model, **overrides):
+    options = pipeline.PipelineOptions(rules={**rules.load_rules("avx512"), **overrides})
+    return pipeline.run(model.mod, TARGET, options, until="fold")
+
+
+def _calls(mod):
+    names = []
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            op = getattr(binding.value, "op", None)
+            if op is not None:
+                names.append(getattr(op, "name", None))
+    return names
+
+
+def test_attention_chain_becomes_one_kernel_reading_the_packed_qkv():
+    model = api.import_torch(Attention().eval(), _inputs())
+    mod = _folded(model)
+    calls = _calls(mod)
+    # the merged QKV GEMM and its bias, then the kernel: no slice, view, matmul or softmax left
+    assert calls == ["relax.matmul", "relax.add", "relax.call_tir"]
+    (attention,) = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert str(attention.attrs[FUSION_ATTR]) == "tvmfuse.fused_attention"
+    bindings = mod["main"].body.blocks[0].bindings
+    qkv, call = bindings[1].var, bindings[2].value
+    q, k, v, mask = call.args[1].fields
+    assert q.same_as(qkv) and k.same_as(qkv) and v.same_as(qkv)  # read at offsets 0, 32, 64
+    assert mask.same_as(mod["main"].params[1])
+
+
+def test_separate_projections_are_read_where_they_are():
+    model = api.import_torch(Attention().eval(), _inputs())
+    mod = _folded(model, horizontal_matmul=rules.Rule("horizontal_matmul", enabled=False))
+    assert _calls(mod).count("relax.call_tir") == 1 and _calls(mod).count("relax.matmul") == 3
+
+
+@pytest.mark.parametrize("module, why", [
+    (Attention(scale=1.0, mask=False), "unscaled and unmasked: still attention"),
+])
+def test_unscaled_unmasked_attention_is_fused_too(module, why):
+    model = api.import_torch(module.eval(), _inputs())
+    assert "relax.call_tir" in _calls(_folded(model)), why
+
+
+class SoftmaxOverQueries(Attention):
+    def forward(self, x, mask):
+        b, s, d = x.shape
+        q = self.q(x).reshape(b, s, self.heads, -1).transpose(1, 2)
+        k = self.k(x).reshape(b, s, self.heads, -1).transpose(1, 2)
+        v = self.v(x).reshape(b, s, self.heads, -1).transpose(1, 2)
+        probs = torch.softmax(q @ k.transpose(-1, -2) * self.scale + mask, dim=-2)
+        return (probs @ v).transpose(1, 2).reshape(b, s, d)
+
+
+class ScaleByTensor(Attention):
+    def forward(self, x, mask):
+        b, s, d = x.shape
+        q = self.q(x).reshape(b, s, self.heads, -1).transpose(1, 2)
+        k = self.k(x).reshape(b, s, self.heads, -1).transpose(1, 2)
+        v = self.v(x).reshape(b, s, self.heads, -1).transpose(1, 2)
+        probs = torch.softmax(q @ k.transpose(-1, -2) * mask, dim=-1)  # not a constant scale
+        return (probs @ v).transpose(1, 2).reshape(b, s, d)
+
+
+@pytest.mark.parametrize("module", [SoftmaxOverQueries(), ScaleByTensor()],
+                         ids=["softmax-not-on-keys", "scale-not-constant"])
+def test_other_chains_are_no_match(module):
+    model = api.import_torch(module.eval(), _inputs())
+    mod = _folded(model, fused_attention=rules.Rule("fused_attention", enabled=False))
+    before = FuseAttention(attention_kernel)(mod)  # what the pass sees in the pipeline
+    tvm.ir.assert_structural_equal(before, mod)
+    assert "relax.nn.softmax" in _calls(mod)
+
+
+def test_rule_off_keeps_the_chain():
+    model = api.import_torch(Attention().eval(), _inputs())
+    mod = _folded(model, fused_attention=rules.Rule("fused_attention", enabled=False))
+    assert "relax.call_tir" not in _calls(mod) and "relax.nn.softmax" in _calls(mod)
+
+
+@pytest.mark.parametrize("mask_shape, masked", [
+    ((2, 1, 1, 12), 0.3),   # BERT's padding mask
+    ((2, 1, 12, 12), 0.3),  # a mask per query (causal or the newer transformers form)
+    ((1, 1, 1, 12), 1.0),   # every key masked: softmax is uniform, as in PyTorch
+])
+def test_numbers_match_pytorch(tmp_path, mask_shape, masked):
+    inputs = _inputs(mask_shape=mask_shape, masked=masked)
+    model = api.import_torch(Attention().eval(), inputs)
+    compiled = api.compile_model(model, TARGET, api.BuildOptions())
+    assert any(g.rule == "tvmfuse.fused_attention" for g in compiled.analysis.groups)
+    (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert check.rel_err < 1e-5
+
+
+@pytest.mark.parametrize("seq", [1, 7, 48, 128])
+def test_kernel_alone_against_numpy(seq):
+    """The kernel over tile sizes (a sequence of 7 has tiles of 1), offsets and a float16 store."""
+    batch, heads, dim = 2, 3, 16
+    rng = np.random.default_rng(seq)
+    for dtype, tolerance in (("float32", 1e-5), ("float16", 2e-3)):
+        shape = AttentionShape(batch, seq, heads, dim, q=(3 * heads * dim + 8, 8),
+                               k=(3 * heads * dim + 8, 8 + heads * dim),
+                               v=(heads * dim, 0), mask=(batch, 1, 1, seq), scale=0.3, dtype=dtype)
+        qk = rng.standard_normal((batch, seq, 3 * heads * dim + 8)).astype(dtype)
+        v = rng.standard_normal((batch, seq, heads * dim)).astype(dtype)
+        mask = np.where(rng.random((batch, 1, 1, seq)) < 0.2, -1e4, 0).astype(dtype)
+        lib = tvm.compile(tvm.IRModule({"main": attention_kernel(shape).with_attr(
+            "global_symbol", "main")}), target=TARGET.tvm_target())
+        args = [tvm.runtime.tensor(a) for a in (qk, qk, v, mask)]
+        out = tvm.runtime.tensor(np.zeros((batch, seq, heads * dim), dtype))
+        lib["main"](*args, out)
+
+        def heads_of(x, offset):
+            part = x[..., offset:offset + heads * dim].astype("float32")
+            return part.reshape(batch, seq, heads, dim).transpose(0, 2, 1, 3)
+
+        q, k, vh = heads_of(qk, 8), heads_of(qk, 8 + heads * dim), heads_of(v, 0)
+        scores = q @ k.transpose(0, 1, 3, 2) * 0.3 + mask.astype("float32")
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        want = (probs @ vh).transpose(0, 2, 1, 3).reshape(batch, seq, heads * dim)
+        got = out.numpy().astype("float32")
+        assert np.linalg.norm(got - want) / np.linalg.norm(want) < tolerance, dtype

@@ -1,0 +1,368 @@
+"""FuseAttention: multi-head attention, from the head split to the head merge, as one kernel.
+
+torch.export gives attention as some thirty Relax bindings per layer: each of Q, K and V is
+``reshape([B, S, H, D]) -> permute_dims([0, 2, 1, 3])`` of a ``[B, S, H * D]`` projection (K then
+transposed once more), the scores ``matmul`` between ``broadcast_to``/``reshape`` pairs (the
+batched-matmul decomposition), ``multiply`` (or ``divide``) by the scale, ``add`` of the mask,
+``softmax`` on the last axis, the second ``matmul``, and ``permute_dims([0, 2, 1, 3]) ->
+reshape([B, S, H * D])`` merging the heads. Pattern fusion can put the scale, mask and softmax in
+one kernel, but the head split and merge stay copies and the scores a round trip through memory.
+
+This pass follows that chain from each ``softmax`` back to Q, K and V and forward to the merged
+output, and binds the output to one ``call_tir`` of a kernel the target provides (``kernel``, e.g.
+:func:`tvmfuse.schedules.cpu.attention.attention_kernel`) that reads Q, K and V where they are:
+when they are ``strided_slice`` s of one packed QKV GEMM (as MergeParallelMatmul leaves them), the
+kernel reads the packed tensor at each one's channel offset, so the slices disappear too. What the
+chain computed and nothing used any more is removed; anything else that uses an intermediate keeps
+it.
+
+A chain that differs anywhere (a softmax not on the last axis, a scale that is not a scalar
+constant, heads not split as above, a mask that does not broadcast per dimension) is left as it
+is.
+
+Preconditions: after MergeParallelMatmul, before the fusion patterns and LegalizeOps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..report import FUSION_ATTR, OPS_ATTR
+from ..schedules.cpu.attention import AttentionShape
+
+#: The fusion rule this pass implements, as the build report names it.
+RULE = "tvmfuse.fused_attention"
+
+
+@dataclass(frozen=True)
+class _Operand:
+    """Heads of Q, K or V: read from ``tensor`` ([B, S, C]) starting at channel ``offset``."""
+
+    tensor: relax.Expr
+    offset: int
+
+
+@dataclass(frozen=True)
+class _Match:
+    shape: AttentionShape
+    q: _Operand
+    k: _Operand
+    v: _Operand
+    mask: relax.Expr | None
+
+    @property
+    def ops(self) -> list[str]:
+        """The ops the kernel replaces, as the report lists a group's (views left out)."""
+        packed = any(o.offset for o in (self.q, self.k, self.v))
+        return [*(["strided_slice"] if packed else []), "reshape", "permute_dims", "matmul",
+                *(["multiply"] if self.shape.scale != 1.0 else []),
+                *(["add"] if self.mask is not None else []),
+                "softmax", "matmul", "permute_dims", "reshape"]
+
+
+@tvm.transform.module_pass(opt_level=0, name="FuseAttention")
+class FuseAttention:
+    """Replace attention chains by one kernel call each; see the module docstring.
+
+    Parameters
+    ----------
+    kernel : callable
+        ``AttentionShape -> tirx.PrimFunc``: the target's scheduled attention kernel.
+    """
+
+    def __init__(self, kernel: Callable):
+        self.kernel = kernel
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        found = {gvar: _find(func) for gvar, func in mod.functions.items()
+                 if isinstance(func, relax.Function) and not func.attrs.get("Primitive", False)}
+        found = {gvar: matches for gvar, matches in found.items() if matches}
+        if not found:
+            return mod
+        rewriter = _Rewriter(mod, self.kernel)
+        for gvar, matches in found.items():
+            rewriter.matches = matches
+            rewriter.builder_.update_func(gvar, rewriter.visit_expr(mod[gvar]))
+        return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
+
+
+# --- matching ----------------------------------------------------------------------------------
+
+
+def _find(func: relax.Function) -> dict[relax.Var, _Match]:
+    """Merged-output variable -> what computes it, for every attention chain of ``func``."""
+    found = {}
+    for block in func.body.blocks:
+        if not isinstance(block, relax.DataflowBlock):
+            continue
+        values = {b.var: b.value for b in block.bindings}
+        users = relax.analysis.udchain(block)
+        for binding in block.bindings:
+            if _is_op(binding.value, "relax.nn.softmax"):
+                match = _match(binding, values, users)
+                if match is not None:
+                    found[match[0]] = match[1]
+    return found
+
+
+def _match(softmax: relax.VarBinding, values, users):
+    probs = softmax.var
+    shape = _shape(probs)
+    if shape is None or len(shape) != 4 or shape[2] != shape[3]:
+        return None
+    batch, heads, seq, _ = shape
+    if int(softmax.value.attrs.axis) not in (-1, 3):
+        return None
+    # backwards: [add mask] <- [multiply/divide scale] <- reshape <- matmul(Q heads, K^T heads)
+    scores, mask = _peel(values, softmax.value.args[0]), None
+    if _is_op(scores, "relax.add"):
+        scores, mask = _split_mask(scores, values, shape)
+        if scores is None:
+            return None
+    scores, scale = _scale(values, scores)
+    if scale is None:
+        return None
+    qk = _through_views(values, scores)
+    if not _is_op(qk, "relax.matmul"):
+        return None
+    q = _heads(values, qk.args[0], shape, transposed=False)
+    k = _heads(values, qk.args[1], shape, transposed=True)
+    if q is None or k is None or q[1] != k[1]:
+        return None
+    head_dim = q[1]
+    # forwards: probs -> [broadcast_to, reshape] -> matmul(., V heads) -> reshape -> permute ->
+    # reshape [B, S, H * D]
+    pv = _forward_to(probs, values, users, "relax.matmul")
+    if pv is None or not _same_tensor(values, pv[1].args[0], probs):
+        return None
+    v = _heads(values, pv[1].args[1], shape, transposed=False)
+    if v is None or v[1] != head_dim:
+        return None
+    merged = _merge_heads(pv[0], values, users, (batch, seq, heads * head_dim))
+    if merged is None:
+        return None
+    dtype = str(probs.ty.dtype)
+    if any(str(t.tensor.ty.dtype) != dtype for t in (q[0], k[0], v[0])):
+        return None
+    attention = AttentionShape(
+        batch=batch, seq=seq, heads=heads, head_dim=head_dim,
+        q=(_shape(q[0].tensor)[2], q[0].offset), k=(_shape(k[0].tensor)[2], k[0].offset),
+        v=(_shape(v[0].tensor)[2], v[0].offset),
+        mask=tuple(_shape(mask)) if mask is not None else (1, 1, 1, 1), scale=scale, dtype=dtype)
+    return merged, _Match(attention, q[0], k[0], v[0], mask)
+
+
+def _split_mask(add: relax.Call, values, shape):
+    """(scores, mask) of ``scores + mask``: the mask has rank 4 and each dimension either 1
+    (broadcast) or the scores'."""
+    for scores, mask in (add.args, add.args[::-1]):
+        mask_shape = _shape(mask)
+        if (_is_scores(values, scores) and mask_shape is not None and len(mask_shape) == 4
+                and all(m in (1, s) for m, s in zip(mask_shape, shape))
+                and str(mask.ty.dtype) == str(add.ty.dtype)):
+            return _peel(values, scores), mask
+    return None, None
+
+
+def _is_scores(values, expr) -> bool:
+    expr, scale = _scale(values, expr)
+    return scale is not None and _is_op(_through_views(values, expr), "relax.matmul")
+
+
+def _scale(values, expr):
+    """(scores, scale) of ``scores * c`` or ``scores / c`` with a scalar constant ``c``; plain
+    ``scores`` have scale 1; (None, None) for any other product."""
+    expr = _peel(values, expr)
+    multiply = _is_op(expr, "relax.multiply")
+    if not (multiply or _is_op(expr, "relax.divide")):
+        return expr, 1.0
+    scores, constant = expr.args[0], _scalar(expr.args[1])
+    if constant is None and multiply:
+        scores, constant = expr.args[1], _scalar(expr.args[0])
+    if constant is None or constant == 0:
+        return None, None
+    return _peel(values, scores), constant if multiply else 1.0 / constant
+
+
+def _heads(values, expr, shape, transposed: bool):
+    """(operand, head_dim) when ``expr`` is the heads of a ``[B, S, H * D]`` tensor as
+    ``[B * H, S, D]`` or ``[B, H, S, D]`` (``D`` and ``S`` swapped when ``transposed``)."""
+    batch, heads, seq, _ = shape
+    expr = _through_views(values, expr, keep_4d=True)
+    if transposed:
+        if _is_op(expr, "relax.permute_dims") and _axes(expr) == [0, 1, 3, 2]:
+            expr = _through_views(values, expr.args[0], keep_4d=True)
+        elif _is_op(expr, "relax.permute_dims") and _axes(expr) == [0, 2, 3, 1]:
+            return _split(values, expr.args[0], batch, seq, heads)
+        else:
+            return None
+    if not (_is_op(expr, "relax.permute_dims") and _axes(expr) == [0, 2, 1, 3]):
+        return None
+    return _split(values, expr.args[0], batch, seq, heads)
+
+
+def _split(values, expr, batch, seq, heads):
+    """(operand, head_dim) of ``reshape(x, [B, S, H, D])`` with ``x`` ``[B, S, H * D]``."""
+    expr = _peel(values, expr)
+    if not _is_op(expr, "relax.reshape"):
+        return None
+    split = _shape(expr)
+    source = expr.args[0]
+    flat = _shape(source)
+    if (split is None or flat is None or len(split) != 4 or split[:3] != [batch, seq, heads]
+            or flat != [batch, seq, heads * split[3]]):
+        return None
+    return _operand(values, source), split[3]
+
+
+def _operand(values, expr) -> _Operand:
+    """Where a ``[B, S, H * D]`` operand is read from: the packed tensor and offset when it is a
+    unit-stride slice of the last axis (``strided_slice(x, axes, begin, end[, strides])``), else
+    itself."""
+    sliced = _peel(values, expr)
+    if _is_op(sliced, "relax.strided_slice"):
+        source, axes, begin, end = (sliced.args[0], *map(_ints, sliced.args[1:4]))
+        strides = _ints(sliced.args[4]) if len(sliced.args) > 4 else [1]
+        source_shape = _shape(source)
+        if (axes == [2] and strides == [1] and source_shape is not None and len(source_shape) == 3
+                and begin is not None and end is not None and 0 <= begin[0] < end[0]
+                <= source_shape[2]):
+            return _Operand(source, begin[0])
+    return _Operand(expr, 0)
+
+
+def _merge_heads(var, values, users, flat_shape):
+    """The ``reshape([B, S, H * D])`` variable that merges ``var``'s ``[B * H, S, D]`` heads."""
+    step = _only_user(var, values, users)
+    if step is not None and _is_op(values[step], "relax.reshape") and len(_shape(step)) == 4:
+        var, step = step, _only_user(step, values, users)
+    if step is None or not (_is_op(values[step], "relax.permute_dims")
+                            and _axes(values[step]) == [0, 2, 1, 3]):
+        return None
+    merged = _only_user(step, values, users)
+    if (merged is None or not _is_op(values[merged], "relax.reshape")
+            or _shape(merged) != list(flat_shape)):
+        return None
+    return merged
+
+
+def _forward_to(var, values, users, op: str):
+    """Follow ``var``'s single users through views to the first ``op`` call: (its var, call)."""
+    while True:
+        step = _only_user(var, values, users)
+        if step is None:
+            return None
+        value = values[step]
+        if _is_op(value, op):
+            return step, value
+        if not (_is_op(value, "relax.broadcast_to") or _is_op(value, "relax.reshape")):
+            return None
+        var = step
+
+
+def _same_tensor(values, expr, var) -> bool:
+    """``expr`` is ``var`` seen through shape-preserving broadcasts and batch reshapes."""
+    return _through_views(values, expr, keep_4d=True).same_as(_peel(values, var))
+
+
+def _through_views(values, expr, keep_4d: bool = False):
+    """Skip ``broadcast_to`` to the same shape and the batch reshapes around a batched matmul
+    (``[B, H, X, Y] <-> [B * H, X, Y]``); with ``keep_4d`` stop at the first 4-D tensor."""
+    expr = _peel(values, expr)
+    while True:
+        if _is_op(expr, "relax.broadcast_to") and _shape(expr) == _shape(expr.args[0]):
+            expr = _peel(values, expr.args[0])
+            continue
+        if _is_op(expr, "relax.reshape"):
+            inner, outer = _shape(expr.args[0]), _shape(expr)
+            if (inner is not None and outer is not None and inner[-2:] == outer[-2:]
+                    and np.prod(inner) == np.prod(outer) and {len(inner), len(outer)} == {3, 4}
+                    and not (keep_4d and len(outer) == 4)):
+                expr = _peel(values, expr.args[0])
+                continue
+        return expr
+
+
+def _peel(values, expr):
+    """The call bound to ``expr`` when it is a variable of this block, else ``expr``."""
+    while isinstance(expr, relax.Var) and expr in values:
+        expr = values[expr]
+    return expr
+
+
+def _only_user(var, values, users):
+    found = users.get(var, [])
+    return found[0] if len(found) == 1 and found[0] in values else None
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
+def _is_op(expr, name: str) -> bool:
+    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+
+
+def _shape(expr) -> list[int] | None:
+    shape = getattr(getattr(expr, "ty", None), "shape", None)
+    values = getattr(shape, "values", None)
+    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
+        return None
+    return [int(d) for d in values]
+
+
+def _axes(call) -> list[int] | None:
+    axes = call.attrs.axes
+    return None if axes is None else [int(a) for a in axes]
+
+
+def _ints(expr) -> list[int] | None:
+    """The integers of a Relax tuple of ``PrimValue`` s or a ``ShapeExpr``, if all are known."""
+    items = getattr(expr, "fields", None) or getattr(expr, "values", None)
+    if items is None:
+        return None
+    found = [getattr(item, "value", item) for item in items]
+    if not all(isinstance(v, (int, tvm.tirx.IntImm)) for v in found):
+        return None
+    return [int(v) for v in found]
+
+
+def _scalar(expr) -> float | None:
+    if isinstance(expr, tvm.ir.expr.GenericConst) and expr.value.numpy().size == 1:
+        return float(expr.value.numpy().reshape(()))
+    return None
+
+
+# --- rewriting ---------------------------------------------------------------------------------
+
+
+@relax.expr_functor.mutator
+class _Rewriter(relax.PyExprMutator):
+    def __init__(self, mod, kernel: Callable):
+        super().__init__(mod)
+        self.matches: dict[relax.Var, _Match] = {}
+        self.kernel = kernel
+        self.kernels: dict[AttentionShape, tvm.ir.GlobalVar] = {}
+
+    def visit_var_binding_(self, binding: relax.VarBinding) -> None:
+        match = self.matches.get(binding.var)
+        if match is None:
+            super().visit_var_binding_(binding)
+            return
+        shape = match.shape
+        gvar = self.kernels.get(shape)
+        if gvar is None:
+            kernel = self.kernel(shape).with_attrs({FUSION_ATTR: RULE, OPS_ATTR: match.ops})
+            gvar = self.builder_.add_func(kernel, "attention")
+            self.kernels[shape] = gvar
+        mask = (self.visit_expr(match.mask) if match.mask is not None
+                else relax.const(np.zeros((1, 1, 1, 1), shape.dtype)))
+        args = [self.visit_expr(o.tensor) for o in (match.q, match.k, match.v)] + [mask]
+        out = relax.TensorType((shape.batch, shape.seq, shape.heads * shape.head_dim),
+                                     shape.dtype)
+        call = self.builder_.emit(relax.call_tir(gvar, args, out), "attention")
+        self.set_var_remap(binding.var, call)
