@@ -18,7 +18,7 @@ from . import strategy
 from .errors import TvmfuseError
 from .passes import (
     DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldMatmulReshape, FuseAttention,
-    MergeParallelMatmul, VerifyFusion,
+    MarkGathersInjective, MergeParallelMatmul, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -95,6 +95,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         Phase("legalize", tvm.transform.Sequential([
             relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
+            MarkGathersInjective(),  # embedding lookups and mask gathers join their neighbours
             relax.transform.FoldConstant(),
         ])),
         # 5. TVM's FuseOps groups what the patterns left (elementwise chains, reductions), then

@@ -131,10 +131,11 @@ def _host_cpu() -> str:
     return codegen.llvm_get_system_cpu()
 
 
-def _avx512() -> TargetSpec:
+def _avx512(cpu: str | None = None) -> TargetSpec:
     # On a host without AVX-512 the library still builds (for deployment elsewhere) for a
     # generic AVX-512 core; it just cannot run here.
-    cpu = _host_cpu() if "avx512f" in _host_cpu_flags() else "skylake-avx512"
+    if cpu is None:
+        cpu = _host_cpu() if "avx512f" in _host_cpu_flags() else "skylake-avx512"
     return TargetSpec(
         name="avx512",
         key=f"avx512-{cpu}",
@@ -203,6 +204,12 @@ def _cuda_sm90() -> TargetSpec:
 _TARGETS = {"avx512": _avx512, "x86-64": _x86_64,
             **{name: functools.partial(_arm64, name) for name in _ARM_CORES},
             "cuda-sm90": _cuda_sm90}
+
+
+def avx512_for(cpu: str) -> TargetSpec:
+    """The ``avx512`` target as it is on a host whose LLVM CPU is ``cpu`` (e.g. ``znver4``): what
+    a committed ``tuning_logs/avx512-<cpu>/`` database was recorded for, whatever this host is."""
+    return _avx512(cpu)
 
 
 def target_names() -> list[str]:

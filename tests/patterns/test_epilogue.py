@@ -10,7 +10,7 @@ from tvmfuse.verify import verify
 
 ACTIVATIONS = {
     "relu": nn.ReLU(), "clip": nn.ReLU6(), "silu": nn.SiLU(), "gelu": nn.GELU(),
-    "sigmoid": nn.Sigmoid(), "hardswish": nn.Hardswish(),
+    "sigmoid": nn.Sigmoid(), "hardswish": nn.Hardswish(), "tanh": nn.Tanh(),
 }
 
 

@@ -6,10 +6,11 @@ from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
 from .fold_matmul_reshape import FoldMatmulReshape
 from .fuse_attention import FuseAttention
+from .mark_gathers_injective import MarkGathersInjective
 from .merge_parallel_matmul import MergeParallelMatmul
 from .verify_fusion import VerifyFusion
 from .winograd_conv2d import WinogradConv2D
 
 __all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
-           "FoldMatmulReshape", "FuseAttention",
+           "FoldMatmulReshape", "FuseAttention", "MarkGathersInjective",
            "MergeParallelMatmul", "VerifyFusion", "WinogradConv2D"]

@@ -44,6 +44,7 @@ ACTIVATIONS: dict[str, Callable[[DFPattern], DFPattern]] = {
     "gelu": lambda y: is_op("relax.nn.gelu")(y),
     "gelu_tanh": lambda y: is_op("relax.nn.gelu_tanh")(y),
     "sigmoid": lambda y: is_op("relax.sigmoid")(y),
+    "tanh": lambda y: is_op("relax.tanh")(y),  # BERT's pooler
 }
 
 #: Anchor ops of each epilogue family.

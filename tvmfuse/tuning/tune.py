@@ -79,7 +79,14 @@ def plan_tasks(mod, target, database_):
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
     from tvm.s_tir.analysis import estimate_tir_flops  # noqa: PLC0415
 
-    tasks = ms.relax_integration.extract_tasks(mod, target)
+    tasks = []
+    for task in ms.relax_integration.extract_tasks(mod, target):
+        func = task.dispatched[0]["main"]
+        if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
+            # a kernel written scheduled (FuseAttention's): it has no blocks to search over
+            log.info("%s is a hand-written kernel, not searched", task.task_name)
+        else:
+            tasks.append(task)
     plans = []
     for task in tasks:
         workload = task.dispatched[0]
