@@ -4,7 +4,15 @@ Importing the package is cheap: torch and TVM load only when a function that nee
 the deployment path (`tvmfuse run`) never imports torch.
 """
 
+from pathlib import Path as _Path
+
 from .errors import TvmfuseError
+
+# The hand-written schedules live in the repository's top-level schedules/ and install as
+# tvmfuse.schedules; a checkout used without installing (PYTHONPATH=the checkout, as on the GPU
+# host) finds them there too.
+if not (_Path(__file__).parent / "schedules").exists():
+    __path__.append(str(_Path(__file__).resolve().parent.parent))  # noqa: F821 - package path
 
 __version__ = "0.1.0"
 

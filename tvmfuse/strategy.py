@@ -28,7 +28,7 @@ DEFAULT = "default"
 TUNED = "tuned"
 #: Implementations that are whole kernels written scheduled (a pass's call_tir), not schedules
 #: of a FuseTIR kernel: MetaSchedule has nothing to search in them.
-HAND_WRITTEN_KERNELS = frozenset({"cpu.attention"})
+HAND_WRITTEN_KERNELS = frozenset({"cpu.attention", "cuda.attention"})
 #: Prefix of a kernel whose database record is a measured hand-written seed ("seed:cpu.conv2d").
 DATABASE_SEED = "seed"
 
@@ -65,7 +65,11 @@ def scheduler(target: TargetSpec) -> ApplyScheduleRules:
 
 def attention_kernel(target: TargetSpec):
     """``AttentionShape -> PrimFunc``: the target's fused attention kernel (see
-    :class:`tvmfuse.passes.FuseAttention`), or None where there is none yet (GPUs)."""
+    :class:`tvmfuse.passes.FuseAttention`), or None where there is none."""
+    if target.device == "cuda":
+        from .schedules.cuda.attention import attention_kernel as cuda_kernel  # noqa: PLC0415
+
+        return cuda_kernel
     if target.vector is None:
         return None
     from .schedules.cpu.attention import attention_kernel as cpu_kernel  # noqa: PLC0415

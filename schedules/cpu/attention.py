@@ -24,33 +24,13 @@ float32 whatever the storage dtype.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tvm import tirx
 from tvm.script import tirx as T
 
+from tvmfuse.passes.fuse_attention import AttentionShape
+
 #: The name a kernel of this file reports as its implementation.
 NAME = "cpu.attention"
-
-
-@dataclass(frozen=True)
-class AttentionShape:
-    """One attention call: ``batch`` x ``heads`` heads of ``head_dim``, ``seq`` queries and keys.
-
-    ``q``, ``k``, ``v`` are ``(channels, offset)``: the width of the ``[batch, seq, channels]``
-    tensor each is read from and the channel where head 0 starts. ``mask`` is the shape of the
-    additive mask, broadcast to ``[batch, heads, seq, seq]`` (dimensions of 1 are broadcast)."""
-
-    batch: int
-    seq: int
-    heads: int
-    head_dim: int
-    q: tuple[int, int]
-    k: tuple[int, int]
-    v: tuple[int, int]
-    mask: tuple[int, int, int, int]
-    scale: float
-    dtype: str = "float32"
 
 
 def fast_exp(x):

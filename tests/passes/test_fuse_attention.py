@@ -7,7 +7,8 @@ from torch import nn
 from tvmfuse import api, pipeline, rules
 from tvmfuse.passes import FuseAttention
 from tvmfuse.report import FUSION_ATTR
-from tvmfuse.schedules.cpu.attention import AttentionShape, attention_kernel
+from tvmfuse.passes.fuse_attention import AttentionShape
+from tvmfuse.schedules.cpu.attention import attention_kernel
 from tvmfuse.verify import verify
 
 TARGET = api.get_target("avx512")

@@ -33,10 +33,29 @@ import tvm
 from tvm import relax
 
 from ..report import FUSION_ATTR, OPS_ATTR
-from ..schedules.cpu.attention import AttentionShape
 
 #: The fusion rule this pass implements, as the build report names it.
 RULE = "tvmfuse.fused_attention"
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One attention call: ``batch`` x ``heads`` heads of ``head_dim``, ``seq`` queries and keys.
+
+    ``q``, ``k``, ``v`` are ``(channels, offset)``: the width of the ``[batch, seq, channels]``
+    tensor each is read from and the channel where head 0 starts. ``mask`` is the shape of the
+    additive mask, broadcast to ``[batch, heads, seq, seq]`` (dimensions of 1 are broadcast)."""
+
+    batch: int
+    seq: int
+    heads: int
+    head_dim: int
+    q: tuple[int, int]
+    k: tuple[int, int]
+    v: tuple[int, int]
+    mask: tuple[int, int, int, int]
+    scale: float
+    dtype: str = "float32"
 
 
 @dataclass(frozen=True)
