@@ -74,7 +74,8 @@ def attention_kernel(target: TargetSpec):
         return None
     from .schedules.cpu.attention import attention_kernel as cpu_kernel  # noqa: PLC0415
 
-    return functools.partial(cpu_kernel, lanes=target.vector.lanes)
+    return functools.partial(cpu_kernel, lanes=target.vector.lanes,
+                             cores=int(target.config.get("num-cores", 1)))
 
 
 def implementations(mod: tvm.IRModule) -> dict[str, str]:

@@ -166,3 +166,16 @@ def test_kernel_alone_against_numpy(seq):
         want = (probs @ vh).transpose(0, 2, 1, 3).reshape(batch, seq, heads * dim)
         got = out.numpy().astype("float32")
         assert np.linalg.norm(got - want) / np.linalg.norm(want) < tolerance, dtype
+
+
+def test_cuda_kernel_builds_when_its_rule_is_on(tmp_path):
+    """The CUDA kernel (off in the shipped [cuda] rules: slower than dlight's chain, see
+    BENCHMARKS.md) still generates code; it runs on the GPU host only."""
+    model = api.import_torch(Attention().eval(), _inputs())
+    target = api.get_target("cuda-sm90")
+    shipped = api.compile_model(model, target, api.BuildOptions())
+    assert "attention" not in shipped.analysis.implementations
+    on = tmp_path / "on.toml"
+    on.write_text("[cuda]\nfused_attention = { enabled = true }\n")
+    compiled = api.compile_model(model, target, api.BuildOptions(fusion_rules=on))
+    assert compiled.analysis.implementations["attention"] == "cuda.attention"
