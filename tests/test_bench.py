@@ -71,16 +71,22 @@ def test_bench_skips_a_missing_engine_and_checks_every_output(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
     model = api.import_model("tiny-mobilenet")
     report = api.bench(model, api.get_target("avx512"),
-                       ["tvmfuse", "stock-tvm", "torch-eager", "onnxruntime"],
+                       ["tvmfuse", "tvmfuse-unfused", "stock-tvm", "torch-eager", "onnxruntime"],
                        options=api.BuildOptions(), threads=1, repeat=3, max_seconds=5, peak=False)
     assert set(report.skipped) == {"onnxruntime"}
     assert "not installed" in report.skipped["onnxruntime"]
     by_engine = {r.engine: r for r in report.results}
-    assert set(by_engine) == {"tvmfuse", "stock-tvm", "torch-eager"}
+    assert set(by_engine) == {"tvmfuse", "tvmfuse-unfused", "stock-tvm", "torch-eager"}
     for r in report.results:
         assert r.runs == 3 and r.min_ms <= r.median_ms <= r.max_ms
         assert r.rel_err is not None and r.rel_err <= 1e-4
     assert by_engine["tvmfuse"].kernels < by_engine["stock-tvm"].kernels
+    # fusion alone: with tvmfuse's rules off only TVM's FuseOps groups ops: more kernels
+    assert by_engine["tvmfuse"].kernels < by_engine["tvmfuse-unfused"].kernels
+    # the ratio is to the best peer: tvmfuse's own engines are not peers
+    best_peer = min(by_engine[e].median_ms for e in ("stock-tvm", "torch-eager"))
+    assert by_engine["tvmfuse-unfused"].ratio_to_best_peer == pytest.approx(
+        by_engine["tvmfuse-unfused"].median_ms / best_peer)
     assert report.flops > 0
 
 

@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,7 @@ from .errors import TvmfuseError
 from .frontend import ImportedModel, count_flops, import_model, import_torch
 from .profile import Kernel
 from .report import FusionGroup, Summary, fusion_groups, kernel_calls, summarize
-from .rules import load_rules
+from .rules import FUSION_RULES, load_rules
 from .targets import TargetSpec, get_target
 from .tuning import database as tuning_db
 
@@ -41,7 +41,9 @@ class BuildOptions:
     ``tuning_logs/`` when it holds records, and ``use_database=False`` applies none at all.
     ``fusion_rules`` is a rules file over the shipped defaults (see :mod:`tvmfuse.rules`).
     ``dtype`` is the precision the kernels compute in: float32, or float16 (TVM's
-    ToMixedPrecision after the folds; inputs and outputs stay float32).
+    ToMixedPrecision after the folds; inputs and outputs stay float32). ``fusion=False`` turns
+    tvmfuse's own fusion rules off (:data:`tvmfuse.rules.FUSION_RULES`) and keeps the rest: the
+    "fusion alone" baseline, same layouts and schedules, TVM's FuseOps only.
     """
 
     database: Path | None = None
@@ -50,6 +52,7 @@ class BuildOptions:
     fusion_rules: Path | None = None
     verify_fusion: bool = False
     dtype: str = "float32"
+    fusion: bool = True
 
 
 @dataclass
@@ -142,6 +145,9 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
         options.dump_ir.mkdir(parents=True, exist_ok=True)
         (options.dump_ir / "00_import.py").write_text(model.mod.script(show_meta=False))
     rules = load_rules(target.rules_section, options.fusion_rules)
+    if not options.fusion:
+        rules = {name: replace(rule, enabled=False) if name in FUSION_RULES else rule
+                 for name, rule in rules.items()}
     # The database matters only to a run that reaches the schedule phases; resolving it reads
     # and checks every record, so a run that stops before them skips it.
     reaches_schedules = until is None or until in ("apply_database", "schedule", "lower")

@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 MIN_RUNS = 3
 
 #: Every engine `tvmfuse bench` knows, in the order it prepares them (see tvmfuse.engines).
-ENGINES = ("tvmfuse", "stock-tvm", "torch-eager", "torch-compile", "torch-compile-freezing",
-           "onnxruntime")
+ENGINES = ("tvmfuse", "tvmfuse-unfused", "stock-tvm", "torch-eager", "torch-compile",
+           "torch-compile-freezing", "onnxruntime")
+#: tvmfuse's own engines: not peers (``tvmfuse-unfused`` is tvmfuse with its fusion rules off,
+#: the same layouts and schedules: what fusion alone is worth).
+OWN = ("tvmfuse", "tvmfuse-unfused")
 
 
 @dataclass(frozen=True)
@@ -128,8 +131,8 @@ class Report:
     timer: str = "wall-clock"
 
     def finish(self) -> None:
-        """Fill in the ratios to the best peer (every engine but tvmfuse) and GFLOP/s."""
-        peers = [r.median_ms for r in self.results if r.engine != "tvmfuse"]
+        """Fill in the ratios to the best peer (every engine but tvmfuse's own) and GFLOP/s."""
+        peers = [r.median_ms for r in self.results if r.engine not in OWN]
         best = min(peers) if peers else None
         for r in self.results:
             r.ratio_to_best_peer = r.median_ms / best if best else None

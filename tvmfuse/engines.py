@@ -94,6 +94,17 @@ def _tvmfuse(ctx: BenchContext) -> Engine:
     return _tvm_engine("tvmfuse", compiled.executable, ctx, len(compiled.analysis.kernels))
 
 
+def _tvmfuse_unfused(ctx: BenchContext) -> Engine:
+    """tvmfuse with its own fusion rules off: the same layouts, schedules and database."""
+    from . import api  # noqa: PLC0415
+
+    _check_tvm_precision(ctx)
+    options = replace(ctx.build_options, dtype=ctx.dtype, fusion=False)
+    compiled = api.compile_model(ctx.model, ctx.target, options)
+    return _tvm_engine("tvmfuse-unfused", compiled.executable, ctx,
+                       len(compiled.analysis.kernels))
+
+
 def _check_tvm_precision(ctx: BenchContext) -> None:
     from .pipeline import PRECISIONS  # noqa: PLC0415
 
@@ -260,6 +271,7 @@ def _export_onnx(ctx: BenchContext) -> Path:
 
 _PREPARE = {
     "tvmfuse": _tvmfuse,
+    "tvmfuse-unfused": _tvmfuse_unfused,
     "stock-tvm": _stock_tvm,
     "torch-eager": _torch_eager,
     "torch-compile": _torch_compile,

@@ -123,12 +123,15 @@ def _plot(report, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
+    from ..bench import OWN  # noqa: PLC0415
+
     results = sorted(report.results, key=lambda r: r.median_ms)
     names = [r.engine for r in results]
     medians = [r.median_ms for r in results]
     errors = [[r.median_ms - r.min_ms for r in results], [r.max_ms - r.median_ms for r in results]]
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(results) + 1.5))
-    colors = ["tab:orange" if n == "tvmfuse" else "tab:blue" for n in names]
+    colors = ["tab:orange" if n == "tvmfuse" else "tab:olive" if n in OWN else "tab:blue"
+              for n in names]
     ax.barh(names, medians, xerr=errors, color=colors, capsize=3)
     ax.set_xscale("log" if max(medians) / min(medians) > 20 else "linear")
     ax.invert_yaxis()
