@@ -45,3 +45,46 @@ def test_the_layout_rule_can_be_switched_off(tmp_path):
     # NCHW convs have no contiguous output-channel axis: the catch-all takes them
     conv_kernels = [k for k in analysis.implementations if "conv2d" in k]
     assert conv_kernels and all(analysis.implementations[k] != "cpu.conv2d" for k in conv_kernels)
+
+
+def _linear_gelu():
+    """BERT's FFN up-projection: a GEMM with bias and GELU (torch's exact, erf form)."""
+    import torch
+
+    class LinearGelu(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(64, 256)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.linear(x))
+
+    return LinearGelu().eval()
+
+
+def _erf_calls(mod) -> int:
+    """Calls of ``erf`` left in the TIR of ``mod`` (what LLVM turns into one libm call a lane)."""
+    import tvm
+
+    return sum(func.script().count("T.erf(") for func in mod.functions.values()
+               if isinstance(func, tvm.tirx.PrimFunc))
+
+
+def test_gelu_erf_is_a_polynomial_on_cpus_and_matches_pytorch(tmp_path):
+    import torch
+
+    from tvmfuse.verify import verify
+
+    model = api.import_torch(_linear_gelu(), [torch.randn(2, 16, 64)])
+    target = api.get_target("avx512")
+    fast, _ = api.analyze(model, target, api.BuildOptions(), until="fuse_tir")
+    assert _erf_calls(fast) == 0
+    off = tmp_path / "off.toml"
+    off.write_text("[default]\nfast_erf = { enabled = false }\n")
+    libm, _ = api.analyze(model, target, api.BuildOptions(fusion_rules=off), until="fuse_tir")
+    assert _erf_calls(libm) == 1
+    gpu, _ = api.analyze(model, api.get_target("cuda-sm90"), api.BuildOptions(), until="fuse_tir")
+    assert _erf_calls(gpu) == 1  # CUDA keeps its own erff
+    compiled = api.compile_model(model, target, api.BuildOptions())
+    (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert check.rel_err < 1e-6

@@ -93,7 +93,8 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         )),
         # 4. Legalize: every Relax op becomes a TIR PrimFunc; constant subgraphs are folded.
         Phase("legalize", tvm.transform.Sequential([
-            relax.transform.LegalizeOps(),
+            relax.transform.LegalizeOps(strategy.legalize_overrides(
+                target, rules["fast_erf"].enabled)),
             relax.transform.AnnotateTIROpPattern(),
             MarkGathersInjective(),  # embedding lookups and mask gathers join their neighbours
             relax.transform.FoldConstant(),

@@ -16,7 +16,7 @@ from pathlib import Path
 from .errors import TvmfuseError
 
 RULES = ("fold_batch_norm", "fold_matmul_reshape", "horizontal_matmul", "fused_attention",
-         "conv_layout_nhwc",
+         "conv_layout_nhwc", "fast_erf",
          "winograd_conv2d", "conv_epilogue",
          "matmul_epilogue", "add_layer_norm", "scale_mask_softmax", "elementwise")
 #: The rules that are tvmfuse's own fusion (what ``BuildOptions(fusion=False)`` turns off); the

@@ -48,6 +48,34 @@ def layout_passes(target: TargetSpec, nhwc: bool, winograd: bool = False
     ]
 
 
+def legalize_overrides(target: TargetSpec, fast_erf: bool) -> dict:
+    """Relax op -> the legalization tvmfuse gives it instead of TVM's, for ``target``.
+
+    ``fast_erf``: GELU's ``erf`` as ``topi.fast_erf``, a rational polynomial in plain arithmetic
+    (error about 1e-7). TVM's own GELU calls ``erf``, which LLVM has no vector form of: the
+    generated code calls libm's ``erff`` once per lane, 16 calls per vector in the epilogue of
+    BERT's FFN GEMM. CPUs only: CUDA has a fast ``erff`` of its own.
+    """
+    if not fast_erf or target.device == "cuda":
+        return {}
+    return {"relax.nn.gelu": _fast_gelu}
+
+
+def _fast_gelu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    from tvm import te, topi  # noqa: PLC0415
+
+    def gelu(x: te.Tensor) -> te.Tensor:
+        half = tirx.const(0.5, x.dtype)
+        scaled = x * tirx.const(0.5**0.5, x.dtype)
+        if x.dtype == "float32":
+            erf = topi.fast_erf(scaled)
+        else:  # fast_erf is float32's; other dtypes compute it in float32
+            erf = topi.cast(topi.fast_erf(topi.cast(scaled, "float32")), x.dtype)
+        return x * (half + erf * half)
+
+    return bb.call_te(gelu, call.args[0], primfunc_name_hint="gelu")
+
+
 def scheduler(target: TargetSpec) -> ApplyScheduleRules:
     """The schedule phase for ``target``: its rules in the order they are tried, and on GPUs the
     rules for kernels whose reductions are tiny (see ApplyScheduleRules)."""
