@@ -30,10 +30,13 @@ class Attention(nn.Module):
             return t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
 
         q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        return (self.probs(q, k, mask) @ v).transpose(1, 2).reshape(b, s, d)
+
+    def probs(self, q, k, mask):
         scores = q @ k.transpose(-1, -2) * self.scale
         if self.mask:
             scores = scores + mask
-        return (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(b, s, d)
+        return torch.softmax(scores, dim=-1)
 
 
 def _inputs(batch=2, seq=12, dim=32, mask_shape=None, masked=0.3):
@@ -88,23 +91,13 @@ def test_unscaled_unmasked_attention_is_fused_too(module, why):
 
 
 class SoftmaxOverQueries(Attention):
-    def forward(self, x, mask):
-        b, s, d = x.shape
-        q = self.q(x).reshape(b, s, self.heads, -1).transpose(1, 2)
-        k = self.k(x).reshape(b, s, self.heads, -1).transpose(1, 2)
-        v = self.v(x).reshape(b, s, self.heads, -1).transpose(1, 2)
-        probs = torch.softmax(q @ k.transpose(-1, -2) * self.scale + mask, dim=-2)
-        return (probs @ v).transpose(1, 2).reshape(b, s, d)
+    def probs(self, q, k, mask):
+        return torch.softmax(q @ k.transpose(-1, -2) * self.scale + mask, dim=-2)
 
 
 class ScaleByTensor(Attention):
-    def forward(self, x, mask):
-        b, s, d = x.shape
-        q = self.q(x).reshape(b, s, self.heads, -1).transpose(1, 2)
-        k = self.k(x).reshape(b, s, self.heads, -1).transpose(1, 2)
-        v = self.v(x).reshape(b, s, self.heads, -1).transpose(1, 2)
-        probs = torch.softmax(q @ k.transpose(-1, -2) * mask, dim=-1)  # not a constant scale
-        return (probs @ v).transpose(1, 2).reshape(b, s, d)
+    def probs(self, q, k, mask):
+        return torch.softmax(q @ k.transpose(-1, -2) * mask, dim=-1)  # not a constant scale
 
 
 @pytest.mark.parametrize("module", [SoftmaxOverQueries(), ScaleByTensor()],
