@@ -101,6 +101,9 @@ def test_inspect_json_compares_three_pipelines():
     assert pipelines["tvmfuse"]["bytes"] < pipelines["stock"]["bytes"] < pipelines["unfused"]["bytes"]
     assert {"rule": "tvmfuse.conv_epilogue.bias_add_relu", "ops": ["conv2d", "add", "add", "relu"]} \
         in [{k: g[k] for k in ("rule", "ops")} for g in report["groups"]]
+    # each group's shapes: the stem's NHWC conv reads a 32x32x3 image and 3x3x3x16 HWIO weights
+    stem = report["groups"][0]
+    assert stem["inputs"][:2] == [[1, 32, 32, 3], [3, 3, 3, 16]] and stem["output"][-1] == 16
 
 
 def test_inspect_prints_the_table_and_honours_a_rules_file(tmp_path):

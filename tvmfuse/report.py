@@ -12,14 +12,18 @@ from tvm import relax
 @dataclass(frozen=True)
 class FusionGroup:
     """One fused kernel: its Relax function, the rule that made it (a tvmfuse pattern name, or
-    ``elementwise`` for TVM's FuseOps on what the patterns left) and its ops, in order."""
+    ``elementwise`` for TVM's FuseOps on what the patterns left), its ops, in order, and the
+    shapes of what it reads and writes (symbolic dimensions as their names)."""
 
     name: str
     rule: str
     ops: tuple[str, ...]
+    inputs: tuple[tuple, ...] = ()
+    output: tuple = ()
 
     def to_json(self) -> dict:
-        return {"name": self.name, "rule": self.rule, "ops": list(self.ops)}
+        return {"name": self.name, "rule": self.rule, "ops": list(self.ops),
+                "inputs": [list(s) for s in self.inputs], "output": list(self.output)}
 
 
 def kernel_calls(mod: tvm.IRModule) -> list[str]:
@@ -48,8 +52,10 @@ def fusion_groups(mod: tvm.IRModule) -> list[FusionGroup]:
             if _is_op(value, "relax.call_tir"):
                 kernel = mod[value.args[0]]  # a kernel a tvmfuse pass wrote (fused attention)
                 if FUSION_ATTR in (kernel.attrs or {}):
-                    groups.append(FusionGroup(value.args[0].name_hint, str(kernel.attrs[FUSION_ATTR]),
-                                              tuple(str(op) for op in kernel.attrs[OPS_ATTR])))
+                    ops = tuple(str(op) for op in kernel.attrs[OPS_ATTR])
+                    groups.append(FusionGroup(value.args[0].name_hint,
+                                              str(kernel.attrs[FUSION_ATTR]), ops,
+                                              *_shapes(value.args[1].fields, value)))
                 continue
             if not (isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar)):
                 continue
@@ -59,8 +65,21 @@ def fusion_groups(mod: tvm.IRModule) -> list[FusionGroup]:
             ops = tuple(_op_names(func))
             if len(ops) > 1:
                 rule = str(func.attrs.get("Composite", "elementwise"))
-                groups.append(FusionGroup(value.op.name_hint, rule, ops))
+                groups.append(FusionGroup(value.op.name_hint, rule, ops,
+                                          *_shapes(value.args, value)))
     return groups
+
+
+def _shapes(args, call) -> tuple[tuple[tuple, ...], tuple]:
+    """The shapes of a kernel call's tensor arguments and of its result."""
+    return (tuple(s for s in (_shape(a.ty) for a in args) if s is not None),
+            _shape(call.ty) or ())
+
+
+def _shape(ty) -> tuple | None:
+    if not isinstance(ty, relax.TensorType) or ty.shape is None:
+        return None
+    return tuple(int(d) if isinstance(d, tvm.tirx.IntImm) else str(d) for d in ty.shape.values)
 
 
 def _op_names(func: relax.Function) -> list[str]:

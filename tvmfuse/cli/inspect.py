@@ -57,11 +57,16 @@ def handle(args: argparse.Namespace) -> int:
                       f"{summary['bytes'] / unfused['bytes']:.0%}")
     console.print(table)
     groups = Table(title="tvmfuse fusion groups")
-    for column in ("rule", "ops", "count"):
+    for column in ("rule", "ops", "output shapes", "count"):
         groups.add_column(column, justify="right" if column == "count" else "left")
     counts = collections.Counter((g["rule"], " + ".join(g["ops"])) for g in report["groups"])
+    outputs = collections.defaultdict(dict)  # (rule, ops) -> output shapes, in order, once each
+    for g in report["groups"]:
+        outputs[g["rule"], " + ".join(g["ops"])]["x".join(map(str, g["output"]))] = None
     for (rule, ops), count in sorted(counts.items(), key=lambda item: (item[0][0], -item[1])):
-        groups.add_row(rule, ops, str(count))
+        shapes = list(outputs[rule, ops])
+        shown = ", ".join(shapes[:3]) + (f" (+{len(shapes) - 3})" if len(shapes) > 3 else "")
+        groups.add_row(rule, ops, shown, str(count))
     console.print(groups)
     if args.profile:
         console.print(_kernel_table(report["kernels"]))
