@@ -14,6 +14,7 @@ outputs in float32), which supports float16 only.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import tempfile
 import time
@@ -86,23 +87,15 @@ def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -
     return Engine(name, run, lambda: to_numpy(main(*args)), 0.0, kernels)
 
 
-def _tvmfuse(ctx: BenchContext) -> Engine:
+def _tvmfuse(ctx: BenchContext, name: str = "tvmfuse", fusion: bool = True) -> Engine:
+    """tvmfuse's build; ``fusion=False`` (the ``tvmfuse-unfused`` engine) turns its own fusion
+    rules off and keeps the same layouts, schedules and database."""
     from . import api  # noqa: PLC0415
 
     _check_tvm_precision(ctx)
-    compiled = api.compile_model(ctx.model, ctx.target, replace(ctx.build_options, dtype=ctx.dtype))
-    return _tvm_engine("tvmfuse", compiled.executable, ctx, len(compiled.analysis.kernels))
-
-
-def _tvmfuse_unfused(ctx: BenchContext) -> Engine:
-    """tvmfuse with its own fusion rules off: the same layouts, schedules and database."""
-    from . import api  # noqa: PLC0415
-
-    _check_tvm_precision(ctx)
-    options = replace(ctx.build_options, dtype=ctx.dtype, fusion=False)
+    options = replace(ctx.build_options, dtype=ctx.dtype, fusion=fusion)
     compiled = api.compile_model(ctx.model, ctx.target, options)
-    return _tvm_engine("tvmfuse-unfused", compiled.executable, ctx,
-                       len(compiled.analysis.kernels))
+    return _tvm_engine(name, compiled.executable, ctx, len(compiled.analysis.kernels))
 
 
 def _check_tvm_precision(ctx: BenchContext) -> None:
@@ -271,7 +264,7 @@ def _export_onnx(ctx: BenchContext) -> Path:
 
 _PREPARE = {
     "tvmfuse": _tvmfuse,
-    "tvmfuse-unfused": _tvmfuse_unfused,
+    "tvmfuse-unfused": functools.partial(_tvmfuse, name="tvmfuse-unfused", fusion=False),
     "stock-tvm": _stock_tvm,
     "torch-eager": _torch_eager,
     "torch-compile": _torch_compile,

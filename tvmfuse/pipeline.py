@@ -62,9 +62,9 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
     rules = options.rules
     return [
         # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers,
-        #    parallel matmuls on one input into one GEMM, attention into one kernel; the precision (after the folds, whose
-        #    patterns a cast would hide); then the strategy's layouts (NHWC convs on CPUs),
-        #    weights transposed and converted here, at build time.
+        #    parallel matmuls on one input into one GEMM, attention into one kernel; the
+        #    precision (after the folds, whose patterns a cast would hide); then the strategy's
+        #    layouts (NHWC convs on CPUs), weights transposed and converted here, at build time.
         Phase("fold", tvm.transform.Sequential([
             relax.transform.FoldConstant(),
             _if(rules["fold_batch_norm"].enabled, FoldBatchNorm()),

@@ -16,14 +16,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
-from ._rewrite import rewrite_functions
-
-
-def _static(shape) -> list[int] | None:
-    values = getattr(shape, "values", None)
-    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
-        return None
-    return [int(d) for d in values]
+from ._rewrite import rewrite_functions, static_shape
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldMatmulReshape")
@@ -37,19 +30,19 @@ class FoldMatmulReshape:
         pattern = is_op("relax.reshape")(with_bias | matmul, wildcard())
 
         def rewrite(expr: relax.Expr, matches) -> relax.Expr:
-            x_shape = _static(matches[x].ty.shape)
-            w_shape = _static(matches[weight].ty.shape)
-            out_shape = _static(expr.ty.shape)
+            x_shape = static_shape(matches[x].ty.shape)
+            w_shape = static_shape(matches[weight].ty.shape)
+            out_shape = static_shape(expr.ty.shape)
             if x_shape is None or w_shape is None or out_shape is None or len(w_shape) != 2:
                 return expr
-            flat = _static(matches[matmul].args[0].ty.shape)
+            flat = static_shape(matches[matmul].args[0].ty.shape)
             if (len(x_shape) < 3 or flat != [math.prod(x_shape[:-1]), x_shape[-1]]
                     or out_shape != [*x_shape[:-1], w_shape[1]]):
                 return expr
             call = matches[matmul]
             result = relax.Call(call.op, [matches[x], matches[weight]], call.attrs)
             if with_bias in matches:
-                b_shape = _static(matches[bias].ty.shape)
+                b_shape = static_shape(matches[bias].ty.shape)
                 if b_shape is None or math.prod(b_shape) != w_shape[1]:
                     return expr  # not a per-column bias: it may not broadcast the same way
                 result = relax.op.add(result, matches[bias])

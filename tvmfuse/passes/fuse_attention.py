@@ -33,6 +33,7 @@ import tvm
 from tvm import relax
 
 from ..report import FUSION_ATTR, OPS_ATTR
+from ._rewrite import calls_op, static_shape
 
 #: The fusion rule this pass implements, as the build report names it.
 RULE = "tvmfuse.fused_attention"
@@ -122,7 +123,7 @@ def _find(func: relax.Function) -> dict[relax.Var, _Match]:
         values = {b.var: b.value for b in block.bindings}
         users = relax.analysis.udchain(block)
         for binding in block.bindings:
-            if _is_op(binding.value, "relax.nn.softmax"):
+            if calls_op(binding.value, "relax.nn.softmax"):
                 match = _match(binding, values, users)
                 if match is not None:
                     found[match[0]] = match[1]
@@ -139,7 +140,7 @@ def _match(softmax: relax.VarBinding, values, users):
         return None
     # backwards: [add mask] <- [multiply/divide scale] <- reshape <- matmul(Q heads, K^T heads)
     scores, mask = _peel(values, softmax.value.args[0]), None
-    if _is_op(scores, "relax.add"):
+    if calls_op(scores, "relax.add"):
         scores, mask = _split_mask(scores, values, shape)
         if scores is None:
             return None
@@ -147,7 +148,7 @@ def _match(softmax: relax.VarBinding, values, users):
     if scale is None:
         return None
     qk = _through_views(values, scores)
-    if not _is_op(qk, "relax.matmul"):
+    if not calls_op(qk, "relax.matmul"):
         return None
     q = _heads(values, qk.args[0], shape, transposed=False)
     k = _heads(values, qk.args[1], shape, transposed=True)
@@ -190,15 +191,15 @@ def _split_mask(add: relax.Call, values, shape):
 
 def _is_scores(values, expr) -> bool:
     expr, scale = _scale(values, expr)
-    return scale is not None and _is_op(_through_views(values, expr), "relax.matmul")
+    return scale is not None and calls_op(_through_views(values, expr), "relax.matmul")
 
 
 def _scale(values, expr):
     """(scores, scale) of ``scores * c`` or ``scores / c`` with a scalar constant ``c``; plain
     ``scores`` have scale 1; (None, None) for any other product."""
     expr = _peel(values, expr)
-    multiply = _is_op(expr, "relax.multiply")
-    if not (multiply or _is_op(expr, "relax.divide")):
+    multiply = calls_op(expr, "relax.multiply")
+    if not (multiply or calls_op(expr, "relax.divide")):
         return expr, 1.0
     scores, constant = expr.args[0], _scalar(expr.args[1])
     if constant is None and multiply:
@@ -214,13 +215,13 @@ def _heads(values, expr, shape, transposed: bool):
     batch, heads, seq, _ = shape
     expr = _through_views(values, expr, keep_4d=True)
     if transposed:
-        if _is_op(expr, "relax.permute_dims") and _axes(expr) == [0, 1, 3, 2]:
+        if calls_op(expr, "relax.permute_dims") and _axes(expr) == [0, 1, 3, 2]:
             expr = _through_views(values, expr.args[0], keep_4d=True)
-        elif _is_op(expr, "relax.permute_dims") and _axes(expr) == [0, 2, 3, 1]:
+        elif calls_op(expr, "relax.permute_dims") and _axes(expr) == [0, 2, 3, 1]:
             return _split(values, expr.args[0], batch, seq, heads)
         else:
             return None
-    if not (_is_op(expr, "relax.permute_dims") and _axes(expr) == [0, 2, 1, 3]):
+    if not (calls_op(expr, "relax.permute_dims") and _axes(expr) == [0, 2, 1, 3]):
         return None
     return _split(values, expr.args[0], batch, seq, heads)
 
@@ -228,7 +229,7 @@ def _heads(values, expr, shape, transposed: bool):
 def _split(values, expr, batch, seq, heads):
     """(operand, head_dim) of ``reshape(x, [B, S, H, D])`` with ``x`` ``[B, S, H * D]``."""
     expr = _peel(values, expr)
-    if not _is_op(expr, "relax.reshape"):
+    if not calls_op(expr, "relax.reshape"):
         return None
     split = _shape(expr)
     source = expr.args[0]
@@ -244,7 +245,7 @@ def _operand(values, expr) -> _Operand:
     unit-stride slice of the last axis (``strided_slice(x, axes, begin, end[, strides])``), else
     itself."""
     sliced = _peel(values, expr)
-    if _is_op(sliced, "relax.strided_slice"):
+    if calls_op(sliced, "relax.strided_slice"):
         source, axes, begin, end = (sliced.args[0], *map(_ints, sliced.args[1:4]))
         strides = _ints(sliced.args[4]) if len(sliced.args) > 4 else [1]
         source_shape = _shape(source)
@@ -258,13 +259,13 @@ def _operand(values, expr) -> _Operand:
 def _merge_heads(var, values, users, flat_shape):
     """The ``reshape([B, S, H * D])`` variable that merges ``var``'s ``[B * H, S, D]`` heads."""
     step = _only_user(var, values, users)
-    if step is not None and _is_op(values[step], "relax.reshape") and len(_shape(step)) == 4:
+    if step is not None and calls_op(values[step], "relax.reshape") and len(_shape(step) or ()) == 4:
         var, step = step, _only_user(step, values, users)
-    if step is None or not (_is_op(values[step], "relax.permute_dims")
+    if step is None or not (calls_op(values[step], "relax.permute_dims")
                             and _axes(values[step]) == [0, 2, 1, 3]):
         return None
     merged = _only_user(step, values, users)
-    if (merged is None or not _is_op(values[merged], "relax.reshape")
+    if (merged is None or not calls_op(values[merged], "relax.reshape")
             or _shape(merged) != list(flat_shape)):
         return None
     return merged
@@ -277,9 +278,9 @@ def _forward_to(var, values, users, op: str):
         if step is None:
             return None
         value = values[step]
-        if _is_op(value, op):
+        if calls_op(value, op):
             return step, value
-        if not (_is_op(value, "relax.broadcast_to") or _is_op(value, "relax.reshape")):
+        if not (calls_op(value, "relax.broadcast_to") or calls_op(value, "relax.reshape")):
             return None
         var = step
 
@@ -294,10 +295,10 @@ def _through_views(values, expr, keep_4d: bool = False):
     (``[B, H, X, Y] <-> [B * H, X, Y]``); with ``keep_4d`` stop at the first 4-D tensor."""
     expr = _peel(values, expr)
     while True:
-        if _is_op(expr, "relax.broadcast_to") and _shape(expr) == _shape(expr.args[0]):
+        if calls_op(expr, "relax.broadcast_to") and _shape(expr) == _shape(expr.args[0]):
             expr = _peel(values, expr.args[0])
             continue
-        if _is_op(expr, "relax.reshape"):
+        if calls_op(expr, "relax.reshape"):
             inner, outer = _shape(expr.args[0]), _shape(expr)
             if (inner is not None and outer is not None and inner[-2:] == outer[-2:]
                     and np.prod(inner) == np.prod(outer) and {len(inner), len(outer)} == {3, 4}
@@ -322,16 +323,8 @@ def _only_user(var, values, users):
 # --- small helpers -----------------------------------------------------------------------------
 
 
-def _is_op(expr, name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
-
-
 def _shape(expr) -> list[int] | None:
-    shape = getattr(getattr(expr, "ty", None), "shape", None)
-    values = getattr(shape, "values", None)
-    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
-        return None
-    return [int(d) for d in values]
+    return static_shape(getattr(getattr(expr, "ty", None), "shape", None))
 
 
 def _axes(call) -> list[int] | None:

@@ -18,6 +18,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from ._rewrite import calls_op
+
 
 @dataclass
 class _Branch:
@@ -86,8 +88,7 @@ def _plan(func: relax.Function, max_branches: int) -> dict[relax.Var, _Merge]:
 
 def _branch(binding, block, users) -> _Branch | None:
     value = binding.value
-    if not (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-            and value.op.name == "relax.matmul" and isinstance(binding.var, relax.DataflowVar)):
+    if not (calls_op(value, "relax.matmul") and isinstance(binding.var, relax.DataflowVar)):
         return None
     data, weight = value.args
     if not isinstance(data, relax.Var) or not _is_constant(weight) or weight.value.ndim != 2:
@@ -97,7 +98,7 @@ def _branch(binding, block, users) -> _Branch | None:
     consumers = users.get(binding.var, [])
     if len(consumers) == 1:
         add = _binding_of(block, consumers[0])
-        if add is not None and _is_op(add.value, "relax.add"):
+        if add is not None and calls_op(add.value, "relax.add"):
             other = [a for a in add.value.args if not a.same_as(binding.var)]
             if (len(other) == 1 and _is_constant(other[0])
                     and int(np.prod(other[0].value.numpy().shape)) == w.shape[1]
@@ -139,10 +140,6 @@ class _Rewriter(relax.PyExprMutator):
 
 def _is_constant(expr) -> bool:
     return isinstance(expr, tvm.ir.expr.GenericConst)
-
-
-def _is_op(expr, name: str) -> bool:
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
 
 
 def _binding_of(block, var):

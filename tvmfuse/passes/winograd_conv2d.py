@@ -28,7 +28,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-from ._rewrite import rewrite_functions
+from ._rewrite import rewrite_functions, static_shape
 
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], "float64")
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], "float64")
@@ -50,19 +50,12 @@ class WinogradConv2D:
 
         def rewrite(expr: relax.Expr, _matches) -> relax.Expr:
             x, weight = expr.args
-            shape = _static(x.ty.shape)
+            shape = static_shape(x.ty.shape)
             if shape is None or not _eligible(expr, shape):
                 return expr
             return _winograd(x, weight.value.numpy(), shape)
 
         return rewrite_functions(mod, pattern, rewrite)
-
-
-def _static(shape) -> list[int] | None:
-    values = getattr(shape, "values", None)
-    if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
-        return None
-    return [int(d) for d in values]
 
 
 def _eligible(call: relax.Call, shape: list[int]) -> bool:
