@@ -38,6 +38,8 @@ from tvm.script import tirx as T
 
 from tvmfuse.passes.fuse_attention import AttentionShape
 
+from ._tir import lanes_for
+
 #: The name a kernel of this file reports as its implementation.
 NAME = "cpu.attention"
 
@@ -58,14 +60,6 @@ def fast_exp(x):
     return two_n * y
 
 
-def _tile(extent: int, preferred: int) -> int:
-    """The largest power of two up to ``preferred`` that divides ``extent``."""
-    tile = preferred
-    while tile > 1 and extent % tile:
-        tile //= 2
-    return tile
-
-
 def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> tirx.PrimFunc:
     """The scheduled kernel for ``shape``; ``lanes`` is the fp32 vector width (16 on AVX-512),
     ``cores`` the threads it should keep busy."""
@@ -75,36 +69,39 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
     # A mask dimension of 1 is broadcast: its index is multiplied by 0.
     fb, fh, fq, fk = (int(n != 1) for n in (MB, MH, MQ, MK))
     # Query rows per task: as many as leave four tasks per core (each task transposes its keys
-    # once, so larger tiles transpose less), at most the sequence.
-    TQ = _tile(S, S)  # noqa: N806
-    while TQ > 1 and B * H * (S // TQ) < 4 * cores:
+    # once, so larger tiles transpose less), at most the sequence; halved only while it still
+    # divides the sequence, so that the tiles cover every row.
+    TQ = S  # noqa: N806
+    while TQ % 2 == 0 and B * H * (S // TQ) < 4 * cores:
         TQ //= 2
-    R = _tile(TQ, 4)  # noqa: N806 - rows computed together: R x TK scores, R x D outputs in registers
-    TK = _tile(S, 4 * lanes)  # noqa: N806 - keys per tile: four vectors of scores
+    R = lanes_for(TQ, 4)  # noqa: N806 - rows computed together: R x TK scores, R x D outputs in registers
+    TK = lanes_for(S, 4 * lanes)  # noqa: N806 - keys per tile: four vectors of scores
+    assert TK <= 64, "tree() below halves at most 64 scores"
     NQ, NK = S // TQ, S // TK  # noqa: N806
     scale = float(shape.scale)
     dtype = shape.dtype
 
     @T.macro
+    def fold(buf, op, width):
+        """buf[0:width] = op(buf[0:width], buf[width:2 * width]): one vector operation."""
+        for lane in T.vectorized(width):
+            buf[lane] = op(buf[lane], buf[lane + width])
+
+    @T.macro
     def tree(buf, op):
         """buf[0] = op over buf[0:TK], halving the vector each step (no serial chain)."""
         if TK >= 64:
-            for lane in T.vectorized(32):
-                buf[lane] = op(buf[lane], buf[lane + 32])
+            fold(buf, op, 32)
         if TK >= 32:
-            for lane in T.vectorized(16):
-                buf[lane] = op(buf[lane], buf[lane + 16])
+            fold(buf, op, 16)
         if TK >= 16:
-            for lane in T.vectorized(8):
-                buf[lane] = op(buf[lane], buf[lane + 8])
+            fold(buf, op, 8)
         if TK >= 8:
-            for lane in T.vectorized(4):
-                buf[lane] = op(buf[lane], buf[lane + 4])
+            fold(buf, op, 4)
         if TK >= 4:
-            for lane in T.vectorized(2):
-                buf[lane] = op(buf[lane], buf[lane + 2])
+            fold(buf, op, 2)
         if TK >= 2:
-            buf[0] = op(buf[0], buf[1])
+            fold(buf, op, 1)
 
     @T.prim_func(private=True)
     def attention(q: T.Buffer((B, S, CQ), dtype), k: T.Buffer((B, S, CK), dtype),

@@ -19,16 +19,10 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from tvmfuse.passes.fuse_attention import AttentionShape
+from tvmfuse.schedules.cpu._tir import lanes_for  # the largest power of two dividing a size
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cuda.attention"
-
-
-def _tile(extent: int, preferred: int) -> int:
-    tile = preferred
-    while tile > 1 and extent % tile:
-        tile //= 2
-    return tile
 
 
 def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc:
@@ -37,7 +31,7 @@ def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc:
     (CQ, QO), (CK, KO), (CV, VO) = shape.q, shape.k, shape.v  # noqa: N806
     MB, MH, MQ, MK = shape.mask  # noqa: N806
     fb, fh, fq, fk = (int(n != 1) for n in (MB, MH, MQ, MK))
-    TQ = _tile(S, 16)  # noqa: N806 - query rows (threads) per block
+    TQ = lanes_for(S, 16)  # noqa: N806 - query rows (threads) per block
     NQ = S // TQ  # noqa: N806
     P = 4 if D % 4 == 0 else 1  # noqa: N806 - partial sums of the dot product
     scale = float(shape.scale)

@@ -130,9 +130,11 @@ def test_numbers_match_pytorch(tmp_path, mask_shape, masked):
     assert check.rel_err < 1e-5
 
 
-@pytest.mark.parametrize("seq", [1, 7, 48, 128])
-def test_kernel_alone_against_numpy(seq):
-    """The kernel over tile sizes (a sequence of 7 has tiles of 1), offsets and a float16 store."""
+@pytest.mark.parametrize("cores", [1, 2, 4])
+@pytest.mark.parametrize("seq", [1, 7, 12, 48, 128])
+def test_kernel_alone_against_numpy(seq, cores):
+    """The kernel over tile sizes (a sequence of 7 has tiles of 1; more cores, smaller query
+    tiles, which must still divide the sequence), offsets and a float16 store."""
     batch, heads, dim = 2, 3, 16
     rng = np.random.default_rng(seq)
     for dtype, tolerance in (("float32", 1e-5), ("float16", 2e-3)):
@@ -142,7 +144,7 @@ def test_kernel_alone_against_numpy(seq):
         qk = rng.standard_normal((batch, seq, 3 * heads * dim + 8)).astype(dtype)
         v = rng.standard_normal((batch, seq, heads * dim)).astype(dtype)
         mask = np.where(rng.random((batch, 1, 1, seq)) < 0.2, -1e4, 0).astype(dtype)
-        lib = tvm.compile(tvm.IRModule({"main": attention_kernel(shape).with_attr(
+        lib = tvm.compile(tvm.IRModule({"main": attention_kernel(shape, cores=cores).with_attr(
             "global_symbol", "main")}), target=TARGET.tvm_target())
         args = [tvm.runtime.tensor(a) for a in (qk, qk, v, mask)]
         out = tvm.runtime.tensor(np.zeros((batch, seq, heads * dim), dtype))
