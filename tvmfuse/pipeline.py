@@ -17,8 +17,8 @@ from tvm.relax.backend.cuda import pipeline as cuda_backend
 from . import strategy
 from .errors import TvmfuseError
 from .passes import (
-    DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldMatmulReshape, FuseAttention,
-    MarkGathersInjective, MergeParallelMatmul, VerifyFusion,
+    DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldLayoutGlue, FoldMatmulReshape,
+    FuseAttention, MarkGathersInjective, MergeParallelMatmul, MergeSummedConv, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -64,7 +64,8 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers,
         #    parallel matmuls on one input into one GEMM, attention into one kernel; the
         #    precision (after the folds, whose patterns a cast would hide); then the strategy's
-        #    layouts (NHWC convs on CPUs), weights transposed and converted here, at build time.
+        #    layouts (NHWC convs on CPUs), weights transposed and converted here, at build time;
+        #    in those layouts, summed 1x1 convs as one conv and layout no-ops folded away.
         Phase("fold", tvm.transform.Sequential([
             relax.transform.FoldConstant(),
             _if(rules["fold_batch_norm"].enabled, FoldBatchNorm()),
@@ -80,6 +81,8 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             ])),
             *strategy.layout_passes(target, rules["conv_layout_nhwc"].enabled,
                                     rules["winograd_conv2d"].enabled),
+            _if(rules["horizontal_conv"].enabled, MergeSummedConv()),
+            _if(rules["fold_layout_glue"].enabled, FoldLayoutGlue()),
         ])),
         # 2. Canonicalize: what BatchNorm is left becomes arithmetic, and the `(out, mean, var)[0]`
         #    tuple it leaves is folded away so fusion can see through it.

@@ -53,17 +53,37 @@ def test_conv_bn_activation_is_one_kernel(act, tmp_path):
     # on CPUs a clip (ReLU6, and hardswish's gate) is matched as DecomposeClip leaves it
     expected = {"clip": "minmax", "hardswish": "hardswish_minmax"}.get(act, act)
     assert group.rule == f"tvmfuse.conv_epilogue.bias_{expected}"
-    assert group.ops[:2] == ("conv2d", "add")  # BN folded: only the bias add is left of it
-    assert "subtract" not in group.ops and "divide" not in group.ops[:3]
+    # the input's NHWC transpose is the kernel's prologue; BN folded: only the bias add is left
+    assert group.ops[:3] == ("transpose", "conv2d", "add")
+    assert "subtract" not in group.ops and "divide" not in group.ops[:4]
     _build_and_verify(model, tmp_path)
 
 
-def test_conv_residual_add_relu_is_one_kernel(build_tiny):
-    model, folder = build_tiny("tiny-resnet")
+class Residual(nn.Module):
+    """A stem conv, then an identity residual in the operand order ``y + f(y)``."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv, self.bn = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+        with torch.no_grad():
+            self.bn.running_mean.normal_(0, 0.1)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        y = torch.relu(self.stem(x))
+        return torch.relu(y + self.bn(self.conv(y)))
+
+
+def test_conv_residual_add_relu_is_one_kernel(tmp_path):
+    torch.manual_seed(0)
+    model = api.import_torch(Residual().eval(), [torch.randn(1, 3, 16, 16)])
     analysis = _groups(model)
-    rules = [g.rule for g in analysis.groups]
-    assert rules.count("tvmfuse.conv_epilogue.bias_add_relu") == 1
-    assert analysis.summary.kernels == len(analysis.kernels) == 8  # 7 + the input transpose
+    residual = [g for g in analysis.groups if g.rule == "tvmfuse.conv_epilogue.bias_add_relu"]
+    assert [g.ops for g in residual] == [("conv2d", "add", "add", "relu")]
+    # the stem (with the input's NHWC transpose), the residual block, the output's NCHW transpose
+    assert analysis.summary.kernels == len(analysis.kernels) == 3
+    _build_and_verify(model, tmp_path)
 
 
 class Mlp(nn.Module):
@@ -100,7 +120,7 @@ def test_an_op_outside_the_patterns_is_left_to_fuse_ops():
     groups = _groups(model).groups
     (group,) = [g for g in groups if "conv2d" in g.ops]
     assert group.rule == "tvmfuse.conv_epilogue.bias"  # abs is no epilogue
-    assert group.ops == ("conv2d", "add")
+    assert group.ops == ("transpose", "conv2d", "add")  # the NHWC transpose of the input
     # FuseOps puts abs with the output's layout transpose back to NCHW
     assert [g.ops for g in groups if g is not group] == [("tir_abs", "transpose")]
 

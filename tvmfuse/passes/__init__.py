@@ -4,13 +4,15 @@ from .apply_schedule_rules import ApplyScheduleRules
 from .decompose_clip import DecomposeClip
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
+from .fold_layout_glue import FoldLayoutGlue
 from .fold_matmul_reshape import FoldMatmulReshape
 from .fuse_attention import FuseAttention
 from .mark_gathers_injective import MarkGathersInjective
 from .merge_parallel_matmul import MergeParallelMatmul
+from .merge_summed_conv import MergeSummedConv
 from .verify_fusion import VerifyFusion
 from .winograd_conv2d import WinogradConv2D
 
 __all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
-           "FoldMatmulReshape", "FuseAttention", "MarkGathersInjective",
-           "MergeParallelMatmul", "VerifyFusion", "WinogradConv2D"]
+           "FoldLayoutGlue", "FoldMatmulReshape", "FuseAttention", "MarkGathersInjective",
+           "MergeParallelMatmul", "MergeSummedConv", "VerifyFusion", "WinogradConv2D"]

@@ -3,6 +3,8 @@ and the small questions they ask of Relax expressions."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import tvm
 from tvm import relax
 from tvm.relax.dpl import rewrite_call
@@ -30,3 +32,22 @@ def static_shape(shape) -> list[int] | None:
     if values is None or not all(isinstance(d, tvm.tirx.IntImm) for d in values):
         return None
     return [int(d) for d in values]
+
+
+def uses_of_values(mod: tvm.IRModule) -> Counter:
+    """Bound value (a call) -> how many times the variable bound to it is used, in the Relax
+    functions of ``mod``: what a rewrite asks before it hides an intermediate in a new expression
+    (``rewrite_call`` would keep the old binding alive for its other users and compute it twice)."""
+    uses = Counter()
+    for func in mod.functions.values():
+        if not isinstance(func, relax.Function):
+            continue
+        bound, counts = {}, Counter()
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                bound[binding.var] = binding.value
+                counts.update(relax.analysis.free_vars(binding.value))
+        counts.update(relax.analysis.free_vars(func.body.body))
+        for var, value in bound.items():
+            uses[value] = counts[var]
+    return uses

@@ -1,10 +1,15 @@
-"""Epilogue fusion: an anchor op (conv2d, matmul) with the elementwise ops that follow it.
+"""Epilogue fusion: an anchor op (conv2d, matmul) with the elementwise ops that follow it, and
+for convs the layout glue that builds their input.
 
 Each pattern is ``anchor [+ bias] [+ residual] [-> activation]``, where the bias is a constant
 (as BatchNorm folding and linear layers leave it) and the residual any tensor; the variants are named
 ``tvmfuse.<family>.<parts>`` (e.g. ``tvmfuse.conv_epilogue.bias_add_relu``) and longer variants
 come first, so the largest epilogue wins. Activations are matched in the decomposed form
 torch.export gives them (SiLU is ``x * sigmoid(x)``, hardswish ``x * clip(x + 3, 0, 6) / 6``).
+
+A conv's data may come from a prologue in the same kernel (see :func:`conv_input`): the NHWC
+transpose of a model's NCHW input, or the concatenation MergeSummedConv leaves (ResNet's block
+output and its subsampled input). The schedule builds it in its own loop nest before the conv.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tvm.relax.backend.utils import has_leaking_intermediate_variables
-from tvm.relax.dpl import DFPattern, is_const, is_op, wildcard
+from tvm.relax.dpl import DFPattern, OrPattern, is_const, is_op, is_tuple, wildcard
 from tvm.relax.transform import FusionPattern
 
 
@@ -51,27 +56,53 @@ ACTIVATIONS: dict[str, Callable[[DFPattern], DFPattern]] = {
 ANCHORS = {"conv_epilogue": "relax.nn.conv2d", "matmul_epilogue": "relax.matmul"}
 
 
+def conv_input() -> DFPattern:
+    """Layout glue that may build a conv's data in the conv's kernel: a transpose (the model
+    input's NCHW -> NHWC) or a concatenation of two tensors, each possibly strided
+    (MergeSummedConv)."""
+    def part() -> DFPattern:
+        return is_op("relax.strided_slice")(wildcard(), varg_default_wildcard=True) | wildcard()
+
+    concat = is_op("relax.concat")(is_tuple([part(), part()]))
+    return concat | is_op("relax.permute_dims")(wildcard())
+
+
+#: Family -> the prologues its anchor's data may have, each tried before the plain anchor.
+_PROLOGUES = {"conv_epilogue": (conv_input,), "matmul_epilogue": ()}
+
+
 def epilogue_patterns(family: str, max_group_size: int) -> list[FusionPattern]:
-    """Every ``anchor [+ bias] [+ residual] [-> activation]`` variant of ``family``, longest
-    first; a match holding more than ``max_group_size`` ops is rejected."""
+    """Every ``[prologue ->] anchor [+ bias] [+ residual] [-> activation]`` variant of
+    ``family``, longest first (a variant with a prologue before the same one without it); a
+    match holding more than ``max_group_size`` ops is rejected."""
     variants = []
     for bias in (True, False):  # bias first: where both fit an add, it is the constant bias
         for residual in (True, False):
             for act in (*ACTIVATIONS, None):
                 if not (bias or residual or act):
                     continue  # the anchor alone is no fusion
-                y = is_op(ANCHORS[family])(wildcard(), wildcard())
-                parts = []
-                if bias:  # a folded bias is a constant; a residual is computed
-                    y, parts = is_op("relax.add")(y, is_const()), [*parts, "bias"]
-                if residual:
-                    y, parts = is_op("relax.add")(y, wildcard()), [*parts, "add"]
-                if act:
-                    y, parts = ACTIVATIONS[act](y), [*parts, act]
-                variants.append((f"tvmfuse.{family}.{'_'.join(parts)}", y))
-    variants.sort(key=lambda v: -_size(v[1]))
+                epilogue = _size(_variant(family, wildcard(), bias, residual, act)[1])
+                for rank, data in enumerate((*_PROLOGUES[family], wildcard)):
+                    name, pattern = _variant(family, data(), bias, residual, act)
+                    variants.append(((-epilogue, rank), name, pattern))
+    variants.sort(key=lambda v: v[0])  # the longest epilogue first, with its prologue first
     return [FusionPattern(name, pattern, {}, _at_most(max_group_size))
-            for name, pattern in variants]
+            for _, name, pattern in variants]
+
+
+def _variant(family: str, data: DFPattern, bias: bool, residual: bool, act: str | None
+             ) -> tuple[str, DFPattern]:
+    y = is_op(ANCHORS[family])(data, wildcard())
+    parts = []
+    if bias:  # a folded bias is a constant; a residual is computed
+        y, parts = is_op("relax.add")(y, is_const()), [*parts, "bias"]
+    if residual:  # either operand order: torch.export keeps the model's (x + f(x) or f(x) + x)
+        other = wildcard()
+        y = is_op("relax.add")(y, other) | is_op("relax.add")(other, y)
+        parts = [*parts, "add"]
+    if act:
+        y, parts = ACTIVATIONS[act](y), [*parts, act]
+    return f"tvmfuse.{family}.{'_'.join(parts)}", y
 
 
 def isolate_patterns(family: str) -> list[FusionPattern]:
@@ -80,16 +111,18 @@ def isolate_patterns(family: str) -> list[FusionPattern]:
     return [FusionPattern(f"tvmfuse.{family}.off", anchor)]
 
 
-def _size(pattern: DFPattern) -> int:
-    """Ops in a pattern (its call nodes, shared sub-patterns counted once)."""
-    seen, stack = set(), [pattern]
-    while stack:
-        node = stack.pop()
-        if node in seen or not hasattr(node, "args"):  # ObjectRefs hash by identity
-            continue
-        seen.add(node)
-        stack.extend(node.args)
-    return len(seen)
+def _size(pattern: DFPattern, seen: set | None = None) -> int:
+    """Ops in a pattern (its call nodes, shared sub-patterns counted once; an alternative counts
+    as its larger side)."""
+    seen = set() if seen is None else seen
+    if pattern in seen:  # ObjectRefs hash by identity
+        return 0
+    seen.add(pattern)
+    if isinstance(pattern, OrPattern):
+        return max(_size(pattern.left, set(seen)), _size(pattern.right, set(seen)))
+    if not hasattr(pattern, "args"):
+        return 0
+    return 1 + sum(_size(arg, seen) for arg in pattern.args)
 
 
 def _at_most(limit: int):

@@ -1,0 +1,75 @@
+import numpy as np
+import torch
+import tvm
+from torch import nn
+from tvm import relax
+
+from tvmfuse import api
+from tvmfuse.passes import FoldLayoutGlue
+
+
+def _module(shape, body):
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape, "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_mean_then_unit_transpose_then_reshape_becomes_one_mean():
+    def before(bb, x):
+        y = bb.emit(relax.op.mean(x, [1, 2], keepdims=True))
+        y = bb.emit(relax.op.permute_dims(y, [0, 3, 1, 2]))
+        return relax.op.reshape(y, [1, 32])
+
+    def after(bb, x):
+        return relax.op.mean(x, [1, 2], keepdims=False)
+
+    result = FoldLayoutGlue()(_module((1, 7, 7, 32), before))
+    tvm.ir.assert_structural_equal(result, _module((1, 7, 7, 32), after))
+
+
+def test_a_transpose_that_moves_data_stays():
+    def body(bb, x):
+        y = bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))
+        return relax.op.reshape(y, [1, 32 * 49])
+
+    before = _module((1, 7, 7, 32), body)
+    tvm.ir.assert_structural_equal(FoldLayoutGlue()(before), before)
+
+
+def test_a_mean_used_twice_keeps_its_dims():
+    def body(bb, x):
+        m = bb.emit(relax.op.mean(x, [1, 2], keepdims=True))
+        flat = bb.emit(relax.op.reshape(m, [1, 32]))
+        return relax.Tuple([flat, m])
+
+    before = _module((1, 7, 7, 32), body)
+    tvm.ir.assert_structural_equal(FoldLayoutGlue()(before), before)
+
+
+class Head(nn.Module):
+    """A classifier head as ResNet has it: conv, global average pool, flatten, linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fc = nn.Conv2d(3, 32, 3, padding=1), nn.Linear(32, 10)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.conv(x), 1), 1))
+
+
+def test_head_has_no_transpose_kernel_and_matches_pytorch(tmp_path):
+    torch.manual_seed(0)
+    module, x = Head().eval(), torch.randn(1, 3, 8, 8)
+    compiled = api.compile_model(api.import_torch(module, [x]), api.get_target("avx512"),
+                                 api.BuildOptions(use_database=False))
+    # the input's NHWC transpose joins the conv; the pooled [1, 1, 1, 32] goes straight to the
+    # linear layer: conv, mean, linear
+    assert len(compiled.analysis.kernels) == 3
+    assert not any("transpose" in k or "reshape" in k for k in compiled.analysis.kernels)
+    (out,) = api.load(api.build(compiled, tmp_path / "out")).run([x.numpy()])
+    with torch.no_grad():
+        np.testing.assert_allclose(out, module(x).numpy(), rtol=1e-4, atol=1e-5)

@@ -1,0 +1,68 @@
+"""FoldLayoutGlue: transposes and reshapes that move no data become reshapes, chains of reshapes
+one reshape, and a reshape that only drops a reduction's kept unit axes the reduction itself.
+
+After the NHWC layout, ResNet's head is ``mean(x, [1, 2], keepdims) -> permute_dims(NHWC -> NCHW)
+-> reshape([1, 2048])``: the transpose moves only unit axes of a ``[1, 1, 1, 2048]`` tensor, yet
+it was a copy kernel of its own. Here it becomes ``mean(x, [1, 2])`` writing ``[1, 2048]``.
+
+Preconditions: static shapes (others are left alone); after the layout passes, before the fusion
+patterns.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.dpl import is_op, wildcard
+
+from ._rewrite import rewrite_functions, static_shape, uses_of_values
+
+#: Reductions that take ``axis`` and ``keepdims``: operator name -> its constructor.
+_REDUCTIONS = {"relax.mean": relax.op.mean, "relax.sum": relax.op.sum,
+               "relax.max": relax.op.max, "relax.min": relax.op.min}
+
+
+@tvm.transform.module_pass(opt_level=0, name="FoldLayoutGlue")
+class FoldLayoutGlue:
+    """Fold layout no-ops into reshapes and reductions; see the module docstring."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        mod = rewrite_functions(mod, is_op("relax.permute_dims")(wildcard()), _unit_transpose)
+        inner = is_op("relax.reshape")(wildcard(), wildcard())
+        mod = rewrite_functions(mod, is_op("relax.reshape")(inner, wildcard()),
+                                lambda expr, m: relax.op.reshape(m[inner].args[0], expr.args[1]))
+        reductions = [is_op(name)(wildcard()) for name in _REDUCTIONS]
+        reduction = reductions[0]
+        for other in reductions[1:]:
+            reduction = reduction | other
+        uses = uses_of_values(mod)
+        pattern = is_op("relax.reshape")(reduction, wildcard())
+
+        def squeeze(expr: relax.Expr, matches) -> relax.Expr:
+            reduced = matches[reduction]
+            attrs = reduced.attrs
+            if not attrs.keepdims or attrs.axis is None or uses.get(reduced, 0) != 1:
+                return expr
+            kept = static_shape(reduced.ty.shape)
+            axes = {int(a) % len(kept) for a in attrs.axis} if kept is not None else set()
+            squeezed = [d for i, d in enumerate(kept or []) if i not in axes]
+            if kept is None or static_shape(expr.ty.shape) != squeezed:
+                return expr
+            return _REDUCTIONS[reduced.op.name](reduced.args[0], attrs.axis, keepdims=False)
+
+        return rewrite_functions(mod, pattern, squeeze)
+
+
+def _unit_transpose(expr: relax.Expr, _matches) -> relax.Expr:
+    """``permute_dims`` as a reshape when the axes it moves have size 1 (the others keep their
+    order, so no element moves)."""
+    shape = static_shape(expr.args[0].ty.shape)
+    if shape is None:
+        return expr
+    axes = ([int(a) for a in expr.attrs.axes] if expr.attrs.axes is not None
+            else list(range(len(shape)))[::-1])
+    moved = [a for a in axes if shape[a] != 1]
+    if moved != sorted(moved):
+        return expr
+    return relax.op.reshape(expr.args[0], [shape[a] for a in axes])
+
