@@ -17,13 +17,14 @@ from .errors import TvmfuseError
 
 RULES = ("fold_batch_norm", "fold_matmul_reshape", "horizontal_matmul", "horizontal_conv",
          "fused_attention", "fold_layout_glue", "conv_layout_nhwc", "fast_erf", "winograd_conv2d",
-         "conv_epilogue", "matmul_epilogue", "add_layer_norm", "scale_mask_softmax", "elementwise")
+         "conv_epilogue", "matmul_epilogue", "layer_norm_epilogue", "add_layer_norm",
+         "scale_mask_softmax", "elementwise")
 #: The rules that are tvmfuse's own fusion (what ``BuildOptions(fusion=False)`` turns off); the
 #: others choose layouts and computations (conv_layout_nhwc, fast_erf, winograd_conv2d) or are
 #: TVM's FuseOps (elementwise).
 FUSION_RULES = ("fold_batch_norm", "fold_matmul_reshape", "horizontal_matmul", "horizontal_conv",
                 "fused_attention", "fold_layout_glue", "conv_epilogue", "matmul_epilogue",
-                "add_layer_norm", "scale_mask_softmax")
+                "layer_norm_epilogue", "add_layer_norm", "scale_mask_softmax")
 SECTIONS = ("default", "avx512", "x86-64", "arm64", "cuda")
 _KEYS = {"enabled": bool, "priority": int, "max_group_size": int}
 

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from ._tir import Vector
 from .conv2d import Conv2D, DepthwiseConv2D
-from .dense import Dense
+from .dense import Dense, DenseRowNorm
 from .elementwise import Elementwise, Parallel
 from .pool import Pool
 from .reduction import RowReduction
 
-__all__ = ["Conv2D", "Dense", "DepthwiseConv2D", "Elementwise", "Parallel", "Pool",
+__all__ = ["Conv2D", "Dense", "DenseRowNorm", "DepthwiseConv2D", "Elementwise", "Parallel", "Pool",
            "RowReduction", "Vector", "rules"]
 
 
 def rules(vector: Vector) -> list:
     """The CPU schedule rules for ``vector``, most specific first, the catch-all last."""
-    return [Conv2D(vector), DepthwiseConv2D(vector), Dense(vector), Pool(vector),
-            RowReduction(vector), Elementwise(vector), Parallel(vector)]
+    return [Conv2D(vector), DepthwiseConv2D(vector), Dense(vector), DenseRowNorm(vector),
+            Pool(vector), RowReduction(vector), Elementwise(vector), Parallel(vector)]

@@ -91,6 +91,27 @@ def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str]
     anchor = anchor_of(sch)
     if anchor is None or not claims(sch.get(anchor).name_hint):
         return None
+    blocks = root_blocks(sch)
+    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(anchor)))
+    if block_anchor(sch, anchor, vector, epilogue=blocks[position + 1:],
+                    inline_large_padding=inline_large_padding) is None:
+        return None
+    return sch
+
+
+def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
+                 written: tuple = (), row_chunks: int = 0, inline_large_padding: bool = False):
+    """Register-block the reduction ``anchor`` of ``sch`` in place; returns the parallel loop
+    its tiles run under, or None (``sch`` untouched) when it does not fit.
+
+    The blocks before it are its producers; of ``epilogue``, the blocks after it, those that can
+    be are inlined and the others are written from the tile, as are the ``written`` blocks (an
+    intermediate that later blocks of the kernel read, which inlining would compute again).
+
+    ``row_chunks`` > 0 parallelizes over (at most) that many chunks of whole output rows instead
+    of over tiles: each thread then finishes complete rows, for a row normalization after the
+    GEMM, and reads the whole weight matrix once.
+    """
     if not loops_match_iters(sch, anchor):
         return None
     block = sch.get(anchor)
@@ -106,8 +127,10 @@ def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str]
     if cols is None:
         return None
     tile = choose_tile(rows, cols, vector)
-    if tile is None:
+    if tile is None or (row_chunks and (rows is None or len(spatial) < 2)):
         return None
+    if row_chunks:  # as many chunks as threads, if the row tiles divide into that many
+        row_chunks = max(c for c in range(1, row_chunks + 1) if (rows // tile.rows) % c == 0)
 
     blocks = root_blocks(sch)
     position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(block))
@@ -118,35 +141,44 @@ def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str]
             continue  # glue before another producer (a transpose before the padding)
         else:
             parallelize(sch, producer, vector.lanes)
-    outputs = inline_into_consumers(sch, blocks[position + 1:])
+    outputs = inline_into_consumers(sch, epilogue) + list(written)
     if outputs:
         sch.set_scope(anchor, 0, "local")  # the tile's accumulators
     else:
         outputs = [sch.cache_write(anchor, 0, "local")]
 
     col_outer, col_block, col_lane = sch.split(spatial[-1], [None, tile.blocks, tile.lanes])
-    if len(spatial) > 1:
+    chunks = []
+    if row_chunks:
+        chunk, row_outer, row_inner = sch.split(spatial[-2], [row_chunks, None, tile.rows])
+        chunks = [*spatial[:-2], chunk]
+        outer = [col_outer, row_outer]
+        inner = [row_inner, col_block, col_lane]
+    elif len(spatial) > 1:
         row_outer, row_inner = sch.split(spatial[-2], [None, tile.rows])
         outer = [col_outer, *spatial[:-2], row_outer]
         inner = [row_inner, col_block, col_lane]
     else:
         outer, inner = [col_outer], [col_block, col_lane]
-    sch.reorder(*outer, *reduce, *inner)
+    sch.reorder(*chunks, *outer, *reduce, *inner)
     tiles = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    sch.parallel(tiles)
+    parallel = tiles
+    if chunks:
+        parallel = sch.fuse(*chunks) if len(chunks) > 1 else chunks[0]
+    sch.parallel(parallel)
     for loop in inner[:-1]:
         sch.unroll(loop)
     sch.vectorize(inner[-1])
 
     for output in outputs:
         sch.reverse_compute_at(output, tiles)
-        tail = sch.get_loops(output)[1:]
+        tail = sch.get_loops(output)[2 if chunks else 1:]  # the loops inside the tile
         fused = sch.fuse(*tail) if len(tail) > 1 else tail[0]
         _, lane = sch.split(fused, [None, tile.lanes])
         sch.vectorize(lane)
     init = sch.decompose_reduction(anchor, reduce[0])
     sch.vectorize(sch.get_loops(init)[-1])
-    return sch
+    return parallel
 
 
 def _feeds(sch: s_tir.Schedule, producer, consumer) -> bool:

@@ -4,13 +4,19 @@ epilogue: the register-blocked schedule over output columns x rows.
 
 A transposed operand read along its reduction axis (``q @ k.T``) does not fit: the transpose
 stays a separate kernel, which this rule's input then is.
+
+:class:`DenseRowNorm` takes a GEMM whose epilogue ends in a normalization of its output rows
+(``layer_norm(x @ W + b + residual)``, the ``layer_norm_epilogue`` rule): the GEMM and its
+elementwise epilogue are register-blocked as above, writing the sum the normalization reads, then
+each row is normalized (mean, variance, scale) by one thread while it is still in cache.
 """
 
 from __future__ import annotations
 
-from ._blocked import register_blocked
-from ._tir import CpuRule
+from tvm import s_tir
 
+from ._blocked import block_anchor, register_blocked
+from ._tir import CpuRule, inline_into_consumers, is_reduction, root_blocks, vectorize_inner
 
 _ANCHORS = ("matmul", "NT_matmul", "T_matmul", "T_dense", "T_batch_matmul")
 
@@ -20,3 +26,37 @@ class Dense(CpuRule):
 
     def apply(self, func, target, tunable):
         return register_blocked(func, self.vector, lambda name: name.startswith(_ANCHORS))
+
+
+class DenseRowNorm(CpuRule):
+    """A GEMM, its elementwise epilogue, then row reductions over its output (LayerNorm)."""
+
+    name = "cpu.dense_row_norm"
+
+    def apply(self, func, target, tunable):
+        sch = s_tir.Schedule(func)
+        blocks = root_blocks(sch)
+        reductions = [i for i, b in enumerate(blocks) if is_reduction(sch, b)]
+        if len(reductions) < 2 or not sch.get(blocks[reductions[0]]).name_hint.startswith(
+                _ANCHORS):
+            return None
+        anchor, norm = reductions[0], reductions[1]
+        epilogue, tail = blocks[anchor + 1:norm], blocks[norm:]
+        if not epilogue or is_reduction(sch, tail[-1]):
+            return None
+        # the sum the normalization reads is written once, from the GEMM's tiles, and each
+        # thread normalizes the rows it has just finished
+        inline_into_consumers(sch, epilogue[:-1])
+        cores = int(target.attrs.get("num-cores", 1)) if target is not None else 1
+        chunk = block_anchor(sch, blocks[anchor], self.vector, epilogue=[],
+                             written=(epilogue[-1],), row_chunks=cores)
+        if chunk is None:
+            return None
+        try:
+            for block in tail:
+                sch.reverse_compute_at(block, chunk)
+        except s_tir.ScheduleError:
+            return None  # not a normalization of the rows the GEMM wrote
+        loops = sch.get_loops(tail[-1])
+        vectorize_inner(sch, loops[-1], self.vector.lanes)
+        return sch

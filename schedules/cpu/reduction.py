@@ -9,7 +9,7 @@ loops over the row are vectorized.
 
 from __future__ import annotations
 
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 from ._tir import (
     MIN_PARALLEL_ELEMENTS, CpuRule, is_reduction, root_blocks, static_extent, vectorize_inner,
@@ -22,42 +22,56 @@ class RowReduction(CpuRule):
     def apply(self, func, target, tunable):
         sch = s_tir.Schedule(func)
         blocks = root_blocks(sch)
-        if not any(is_reduction(sch, b) for b in blocks) or is_reduction(sch, blocks[-1]):
+        if not any(is_reduction(sch, b) for b in blocks):
             return None
-        loops = sch.get_loops(blocks[-1])
-        row = static_extent(sch, loops[-1])
-        if len(loops) < 2 or not self._reduces_rows(sch, blocks, row):
-            return None
-        try:
-            rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-            for block in reversed(blocks[:-1]):
-                sch.compute_at(block, rows)
-        except s_tir.ScheduleError:
-            return None  # a reduction that is not along the rows' innermost axis
-        for block in root_blocks(sch):
-            if not is_reduction(sch, block):
-                self._vectorize_row(sch, block)
-        total = static_extent(sch, rows)
-        if total is None or row is None or total * row >= MIN_PARALLEL_ELEMENTS:
-            sch.parallel(rows)
-        return sch
+        return sch if schedule_rows(sch, blocks, self.vector.lanes) else None
 
-    @staticmethod
-    def _reduces_rows(sch: s_tir.Schedule, blocks: list, row: int | None) -> bool:
-        """Every reduction runs along its innermost loop over a whole output row (a matmul's
-        reduction, over K, does not)."""
-        for block in blocks:
-            if not is_reduction(sch, block):
-                continue
-            kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
-            if kinds.count(kinds[-1]) != 1 or kinds[-1] == kinds[0]:
-                return False  # not exactly one reduction axis, innermost
-            if static_extent(sch, sch.get_loops(block)[-1]) != row:
+
+def schedule_rows(sch: s_tir.Schedule, blocks: list, lanes: int) -> bool:
+    """Compute ``blocks`` (the last one elementwise, the others reducing along the rows of its
+    output) one row at a time per thread, the elementwise loops vectorized; False when they are
+    not such row reductions. ``sch`` may be changed even then: callers pass a fresh schedule."""
+    if is_reduction(sch, blocks[-1]):
+        return False
+    loops = sch.get_loops(blocks[-1])
+    row = static_extent(sch, loops[-1])
+    if len(loops) < 2 or not _reduces_rows(sch, blocks, row):
+        return False
+    try:
+        rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+        for block in reversed(blocks[:-1]):
+            sch.compute_at(block, rows)
+    except s_tir.ScheduleError:
+        return False  # a reduction that is not along the rows' innermost axis
+    for block in blocks:
+        if not is_reduction(sch, block) and len(sch.get_loops(block)) > 1:
+            vectorize_inner(sch, sch.get_loops(block)[-1], lanes)  # not a per-row scalar
+    total = static_extent(sch, rows)
+    if total is None or row is None or total * row >= MIN_PARALLEL_ELEMENTS:
+        sch.parallel(rows)
+    return True
+
+
+def _reduces_rows(sch: s_tir.Schedule, blocks: list, row: int | None) -> bool:
+    """Every reduction runs along its innermost loop over a whole output row, and reads what it
+    reduces along that innermost axis only (a matmul's reduction over K reads ``B[k, j]``, even
+    where K happens to equal the row's length)."""
+    for block in blocks:
+        if not is_reduction(sch, block):
+            continue
+        stmt = sch.get(block)
+        kinds = [iv.iter_type for iv in stmt.iter_vars]
+        if kinds.count(kinds[-1]) != 1 or kinds[-1] == kinds[0]:
+            return False  # not exactly one reduction axis, innermost
+        if static_extent(sch, sch.get_loops(block)[-1]) != row:
+            return False
+        axis = stmt.iter_vars[-1].var
+        for read in stmt.reads:
+            indices = [r.min for r in read.region]
+            if any(_uses(index, axis) for index in indices[:-1]):
                 return False
-        return True
+    return True
 
-    def _vectorize_row(self, sch: s_tir.Schedule, block) -> None:
-        loops = sch.get_loops(block)
-        if len(loops) < 2:  # a per-row scalar (LayerNorm's mean): nothing to vectorize
-            return
-        vectorize_inner(sch, loops[-1], self.vector.lanes)
+
+def _uses(expr, var) -> bool:
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))

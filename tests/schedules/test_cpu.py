@@ -184,8 +184,49 @@ def test_softmax_and_layer_norm_one_row_per_thread():
     expected = torch.nn.functional.layer_norm(torch.from_numpy(x), (64,), torch.from_numpy(g),
                                               torch.from_numpy(b)).numpy()
     _close(_run(sch, [x, g, b], x.shape), expected)
-    matmul = _kernel(*_dense(8, 32, 16, lambda y: y))  # its reduction is over K, not a row
-    assert cpu.RowReduction(VECTOR).apply(matmul, None, False) is None
+    for k, n in ((32, 16), (16, 16)):  # its reduction is over K, not a row, even where K = N
+        matmul = _kernel(*_dense(8, k, n, lambda y: y))
+        assert cpu.RowReduction(VECTOR).apply(matmul, None, False) is None
+
+
+class LinearAddNorm(torch.nn.Module):
+    """BERT's attention output: LayerNorm(x @ W + b + residual)."""
+
+    def __init__(self, k: int, n: int):
+        super().__init__()
+        self.linear, self.norm = torch.nn.Linear(k, n), torch.nn.LayerNorm(n)
+
+    def forward(self, x, residual):
+        return self.norm(self.linear(x) + residual)
+
+
+def test_dense_row_norm_finishes_rows_then_normalizes_them_on_the_same_thread():
+    torch.manual_seed(0)
+    module = LinearAddNorm(48, 64).eval()
+    x, residual = torch.randn(1, 32, 48), torch.randn(1, 32, 64)
+    fused, _ = api.analyze(api.import_torch(module, [x, residual]), AVX512,
+                           api.BuildOptions(use_database=False))
+    (func,) = [f for f in fused.functions.values() if isinstance(f, tirx.PrimFunc)]
+    with AVX512.tvm_target() as target:
+        assert cpu.RowReduction(VECTOR).apply(func, target, False) is None
+        sch = cpu.DenseRowNorm(VECTOR).apply(func, target, False)
+    assert sch is not None
+    # one parallel loop over chunks of whole rows (8 row tiles of 4: as many chunks as cores,
+    # up to 8, that divide them) holds the GEMM and the norm
+    cores = int(AVX512.config["num-cores"])
+    chunks = max(c for c in range(1, min(cores, 8) + 1) if 8 % c == 0)
+    for block in _blocks(sch):
+        assert _kinds(sch, block.name_hint)[0] == "PARALLEL"
+        assert _extents(sch, block.name_hint)[0] == chunks
+    assert _kinds(sch, "matmul_update")[-1] == "VECTORIZED"
+    with torch.no_grad():
+        expected = module(x, residual).numpy()
+    params = [p.detach().numpy() for p in (module.linear.weight.T.contiguous(), module.linear.bias,
+                                           module.norm.weight, module.norm.bias)]
+    order = {"x": x.numpy(), "residual": residual.numpy()}
+    arrays = [order.get(p.name, None) for p in func.params[:-1]]
+    arrays = [a if a is not None else params.pop(0) for a in arrays]
+    _close(_run(sch, arrays, expected.shape), expected)
 
 
 def test_elementwise_inlines_and_vectorizes():

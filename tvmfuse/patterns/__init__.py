@@ -7,7 +7,7 @@ from tvm.relax.transform import FusionPattern
 from ..rules import Rule
 from .attention import scale_mask_softmax_patterns
 from .epilogue import ANCHORS, epilogue_patterns, isolate_patterns
-from .norm import add_layer_norm_patterns
+from .norm import add_layer_norm_patterns, layer_norm_epilogue_patterns
 
 
 def fusion_patterns(rules: dict[str, Rule]) -> list[FusionPattern]:
@@ -19,7 +19,8 @@ def fusion_patterns(rules: dict[str, Rule]) -> list[FusionPattern]:
         patterns = (epilogue_patterns(family, rule.max_group_size) if rule.enabled
                     else isolate_patterns(family))
         families.append((rule.priority, patterns))
-    for name, make in (("add_layer_norm", add_layer_norm_patterns),
+    for name, make in (("layer_norm_epilogue", layer_norm_epilogue_patterns),
+                       ("add_layer_norm", add_layer_norm_patterns),
                        ("scale_mask_softmax", scale_mask_softmax_patterns)):
         rule = rules[name]
         if rule.enabled:

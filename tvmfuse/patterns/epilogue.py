@@ -9,7 +9,8 @@ torch.export gives them (SiLU is ``x * sigmoid(x)``, hardswish ``x * clip(x + 3,
 
 A conv's data may come from a prologue in the same kernel (see :func:`conv_input`): the NHWC
 transpose of a model's NCHW input, or the concatenation MergeSummedConv leaves (ResNet's block
-output and its subsampled input). The schedule builds it in its own loop nest before the conv.
+output and its subsampled input); a matmul's from a row selection (:func:`matmul_input`). The
+schedule builds it in its own loop nest before the anchor.
 """
 
 from __future__ import annotations
@@ -67,8 +68,15 @@ def conv_input() -> DFPattern:
     return concat | is_op("relax.permute_dims")(wildcard())
 
 
+def matmul_input() -> DFPattern:
+    """A matmul's data as one row (BERT's pooler reads the first token): ``take`` or a strided
+    slice of its input."""
+    return (is_op("relax.take")(wildcard(), is_const())
+            | is_op("relax.strided_slice")(wildcard(), varg_default_wildcard=True))
+
+
 #: Family -> the prologues its anchor's data may have, each tried before the plain anchor.
-_PROLOGUES = {"conv_epilogue": (conv_input,), "matmul_epilogue": ()}
+_PROLOGUES = {"conv_epilogue": (conv_input,), "matmul_epilogue": (matmul_input,)}
 
 
 def epilogue_patterns(family: str, max_group_size: int) -> list[FusionPattern]:
@@ -96,10 +104,8 @@ def _variant(family: str, data: DFPattern, bias: bool, residual: bool, act: str 
     parts = []
     if bias:  # a folded bias is a constant; a residual is computed
         y, parts = is_op("relax.add")(y, is_const()), [*parts, "bias"]
-    if residual:  # either operand order: torch.export keeps the model's (x + f(x) or f(x) + x)
-        other = wildcard()
-        y = is_op("relax.add")(y, other) | is_op("relax.add")(other, y)
-        parts = [*parts, "add"]
+    if residual:  # (dpl matches add and multiply in either operand order)
+        y, parts = is_op("relax.add")(y, wildcard()), [*parts, "add"]
     if act:
         y, parts = ACTIVATIONS[act](y), [*parts, act]
     return f"tvmfuse.{family}.{'_'.join(parts)}", y
