@@ -1,16 +1,20 @@
-"""Fused multi-head attention for CUDA GPUs: the CPU kernel's algorithm (``schedules/cpu/
-attention.py``), one query row per thread.
+"""Fused multi-head attention for CUDA GPUs: the CPU kernel's online softmax
+(``schedules/cpu/attention.py``), one warp per query row.
 
-A thread block takes ``TQ`` query rows of one (batch, head); each thread keeps its query row and
-its ``D`` output accumulators in registers and walks the keys once with the online softmax
-(running maximum and sum, the accumulators rescaled when the maximum grows). The threads of a
-block read the same key and value rows at the same time, which the L1 cache serves once. Scores
-and probabilities never reach memory, and Q, K, V are read from the packed QKV tensor at their
-channel offsets, as on CPUs.
+A thread block of ``ROWS`` warps takes ``ROWS`` query rows of one (batch, head) and walks the keys
+in tiles of 32, the warp's width:
 
-Written for short sequences (BERT's 128): one pass per thread over all keys, no shared-memory
-tiling and no tensor cores; the dot product is split over four partial sums so that one FMA chain
-does not serialize it.
+1. the block loads the tile's K and V rows into shared memory (K rows padded by one element so
+   that the 32 lanes reading 32 different rows at one offset hit 32 different banks);
+2. lane ``l`` of each warp scores key ``l`` of the tile against the warp's query row (held in
+   shared memory, read by all lanes at once: a broadcast);
+3. each lane reads the warp's 32 scores back, takes the new running maximum and turns its own
+   score into a probability; then it accumulates its ``D / 32`` output dimensions over the
+   tile's 32 probabilities and V rows, after rescaling them by how much the maximum grew.
+
+Scores and probabilities never reach global memory, and Q, K, V are read from the packed QKV
+tensor at their channel offsets, as on CPUs. No tensor cores: the head dimension (64) and BERT's
+sequences (128) are small, and the kernel is about launch count and memory traffic.
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from tvmfuse.passes.fuse_attention import AttentionShape
-from tvmfuse.schedules.cpu._tir import lanes_for  # the largest power of two dividing a size
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cuda.attention"
+#: The warp width: keys per tile, and lanes per query row.
+WARP = 32
+#: Warps (query rows) per thread block.
+ROWS = 4
 
 
 def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc:
@@ -31,9 +38,10 @@ def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc:
     (CQ, QO), (CK, KO), (CV, VO) = shape.q, shape.k, shape.v  # noqa: N806
     MB, MH, MQ, MK = shape.mask  # noqa: N806
     fb, fh, fq, fk = (int(n != 1) for n in (MB, MH, MQ, MK))
-    TQ = lanes_for(S, 16)  # noqa: N806 - query rows (threads) per block
-    NQ = S // TQ  # noqa: N806
-    P = 4 if D % 4 == 0 else 1  # noqa: N806 - partial sums of the dot product
+    NQ = -(-S // ROWS)  # noqa: N806 - blocks per (batch, head)
+    NT = -(-S // WARP)  # noqa: N806 - key tiles
+    C = -(-D // WARP)  # noqa: N806 - output dimensions per lane
+    P = 4 if D % 4 == 0 else 1  # noqa: N806 - partial sums of a dot product
     scale = float(shape.scale)
     dtype = shape.dtype
 
@@ -43,40 +51,73 @@ def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc:
                   out: T.Buffer((B, S, H * D), dtype)):
         T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True, "tvmfuse.schedule": NAME})
         for block in T.thread_binding(B * H * NQ, thread="blockIdx.x"):
-            for row in T.thread_binding(TQ, thread="threadIdx.x"):
-                b = block // (H * NQ)
-                h = block // NQ % H
-                i = block % NQ * TQ + row
-                q_row = T.decl_buffer((D,), "float32", scope="local")
-                acc = T.decl_buffer((D,), "float32", scope="local")
-                part = T.decl_buffer((P,), "float32", scope="local")
-                # state: 0 running max, 1 running sum, 2 score, 3 new max, 4 rescale, 5 prob
-                st = T.decl_buffer((6,), "float32", scope="local")
-                for d in T.unroll(D):
-                    q_row[d] = T.Cast("float32", q[b, i, QO + h * D + d])
-                    acc[d] = T.float32(0)
-                st[0] = T.min_value("float32")
-                st[1] = T.float32(0)
-                for j in range(S):
-                    for p in T.unroll(P):
-                        part[p] = T.float32(0)
-                    for dd in T.unroll(D // P):
+            for w in T.thread_binding(ROWS, thread="threadIdx.y"):
+                for lane in T.thread_binding(WARP, thread="threadIdx.x"):
+                    q_sh = T.decl_buffer((ROWS, D), "float32", scope="shared")
+                    # flat, so that TVM's buffer compaction keeps the padding column
+                    k_sh = T.decl_buffer((WARP * (D + 1),), "float32", scope="shared")
+                    v_sh = T.decl_buffer((WARP, D), "float32", scope="shared")
+                    s_sh = T.decl_buffer((ROWS, WARP), "float32", scope="shared")
+                    p_sh = T.decl_buffer((ROWS, WARP), "float32", scope="shared")
+                    acc = T.decl_buffer((C,), "float32", scope="local")
+                    part = T.decl_buffer((P,), "float32", scope="local")
+                    # 0 running max, 1 running sum, 2 new max, 3 rescale
+                    st = T.decl_buffer((4,), "float32", scope="local")
+                    b = block // (H * NQ)
+                    h = block // NQ % H
+                    i = T.min(block % NQ * ROWS + w, S - 1)  # rows past S: computed, not written
+                    for c in T.unroll(C):
+                        if c * WARP + lane < D:
+                            q_sh[w, c * WARP + lane] = T.Cast(
+                                "float32", q[b, i, QO + h * D + c * WARP + lane])
+                        acc[c] = T.float32(0)
+                    st[0] = T.min_value("float32")
+                    st[1] = T.float32(0)
+                    for t in range(NT):
+                        T.tvm_storage_sync("shared")  # the previous tile is no longer read
+                        for r in T.unroll(WARP // ROWS):
+                            for c in T.unroll(C):
+                                if c * WARP + lane < D:
+                                    j = T.min(t * WARP + r * ROWS + w, S - 1)
+                                    k_sh[(r * ROWS + w) * (D + 1) + c * WARP + lane] = T.Cast(
+                                        "float32", k[b, j, KO + h * D + c * WARP + lane])
+                                    v_sh[r * ROWS + w, c * WARP + lane] = T.Cast(
+                                        "float32", v[b, j, VO + h * D + c * WARP + lane])
+                        T.tvm_storage_sync("shared")
                         for p in T.unroll(P):
-                            part[p] = part[p] + q_row[dd * P + p] * T.Cast(
-                                "float32", k[b, j, KO + h * D + dd * P + p])
-                    st[2] = T.float32(0)
-                    for p in T.unroll(P):
-                        st[2] = st[2] + part[p]
-                    st[2] = st[2] * T.float32(scale) + T.Cast(
-                        "float32", mask[b * fb, h * fh, i * fq, j * fk])
-                    st[3] = T.max(st[0], st[2])
-                    st[4] = T.exp(st[0] - st[3])
-                    st[5] = T.exp(st[2] - st[3])
-                    st[1] = st[1] * st[4] + st[5]
-                    st[0] = st[3]
-                    for d in T.unroll(D):
-                        acc[d] = acc[d] * st[4] + st[5] * T.Cast("float32", v[b, j, VO + h * D + d])
-                for d in T.unroll(D):
-                    out[b, i, h * D + d] = T.Cast(dtype, acc[d] / st[1])
+                            part[p] = T.float32(0)
+                        for dd in T.unroll(D // P):
+                            for p in T.unroll(P):
+                                part[p] = part[p] + q_sh[w, dd * P + p] * k_sh[
+                                    lane * (D + 1) + dd * P + p]
+                        st[2] = T.float32(0)
+                        for p in T.unroll(P):
+                            st[2] = st[2] + part[p]
+                        key = T.min(t * WARP + lane, S - 1)
+                        s_sh[w, lane] = T.if_then_else(
+                            t * WARP + lane < S,
+                            st[2] * T.float32(scale) + T.Cast(
+                                "float32", mask[b * fb, h * fh, i * fq, key * fk]),
+                            T.min_value("float32"))
+                        T.tvm_storage_sync("shared")
+                        st[2] = st[0]
+                        for jj in range(WARP):
+                            st[2] = T.max(st[2], s_sh[w, jj])
+                        st[3] = T.exp(st[0] - st[2])
+                        p_sh[w, lane] = T.exp(s_sh[w, lane] - st[2])
+                        st[0] = st[2]
+                        T.tvm_storage_sync("shared")
+                        st[1] = st[1] * st[3]
+                        for c in T.unroll(C):
+                            acc[c] = acc[c] * st[3]
+                        for jj in range(WARP):
+                            st[1] = st[1] + p_sh[w, jj]
+                            for c in T.unroll(C):
+                                if c * WARP + lane < D:
+                                    acc[c] = acc[c] + p_sh[w, jj] * v_sh[jj, c * WARP + lane]
+                    if block % NQ * ROWS + w < S:
+                        for c in T.unroll(C):
+                            if c * WARP + lane < D:
+                                out[b, i, h * D + c * WARP + lane] = T.Cast(dtype, acc[c] / st[1])
 
     return attention
