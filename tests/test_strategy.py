@@ -28,9 +28,11 @@ def test_cuda_kernels_get_dlight_rules():
     model = api.import_model("tiny-transformer")
     mod, analysis = api.analyze(model, api.get_target("cuda-sm90"),
                                 api.BuildOptions(use_database=False), until="schedule")
+    # and the fused attention, a kernel written scheduled (schedules/cuda/attention.py)
     assert set(analysis.implementations.values()) <= {
         "dlight.Matmul", "dlight.GEMV", "dlight.Reduction", "dlight.GeneralReduction",
-        "dlight.Fallback"}
+        "dlight.Fallback", "cuda.attention"}
+    assert "cuda.attention" in analysis.implementations.values()
     assert "dlight.Matmul" in analysis.implementations.values()
 
 
