@@ -146,3 +146,20 @@ def test_disabled_family_isolates_its_anchors(tmp_path):
     assert len(analysis.kernels) > 7
     checks = _build_and_verify(model, tmp_path, rules)
     assert np.all([c.ok for c in checks])
+
+
+class AddN(nn.Module):
+    """A chain of adds (AddN), as a sum of branch outputs leaves it."""
+
+    def forward(self, a, b, c, d):
+        return torch.relu(a + b + c + d)
+
+
+def test_a_chain_of_adds_is_one_kernel(tmp_path):
+    model = api.import_torch(AddN(), [torch.randn(2, 16, 32) for _ in range(4)])
+    analysis = _groups(model)
+    (group,) = analysis.groups
+    assert group.rule == "elementwise" and group.ops == ("add", "add", "add", "relu")
+    assert len(analysis.kernels) == 1
+    checks = _build_and_verify(model, tmp_path)
+    assert max(c.rel_err for c in checks) < 1e-6
