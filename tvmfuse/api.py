@@ -70,6 +70,9 @@ class Analysis:
     implementations: dict[str, str] = field(default_factory=dict)
     #: Kernel -> its FLOPs per launch and parameter shapes (see tvmfuse.profile).
     kernel_info: dict[str, Kernel] = field(default_factory=dict)
+    #: Kernels a pass wrote already scheduled (the fused attention): nothing for MetaSchedule to
+    #: search, as ``tvmfuse tune`` also tells them, by their ``tirx.is_scheduled`` attribute.
+    written_scheduled: set[str] = field(default_factory=set)
 
     @property
     def tuned(self) -> set[str]:
@@ -82,8 +85,7 @@ class Analysis:
         """Kernel launches without a database record, in order (kernels written scheduled, such
         as the fused attention, have no search space and are not counted)."""
         tuned = self.tuned
-        return [k for k in self.kernels if k not in tuned
-                and self.implementations.get(k) not in strategy.HAND_WRITTEN_KERNELS]
+        return [k for k in self.kernels if k not in tuned and k not in self.written_scheduled]
 
 
 @dataclass
@@ -122,6 +124,8 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
     Returns the transformed module and an :class:`Analysis`. Writes the IR after each phase when
     ``options.dump_ir`` is set.
     """
+    import tvm  # noqa: PLC0415
+
     analysis = Analysis([], [], {})
     clock = [time.perf_counter()]
 
@@ -135,6 +139,10 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
             analysis.kernels.extend(kernel_calls(mod))
             analysis.summary = summarize(mod)
             analysis.kernel_info.update(profile.kernels(mod))
+            analysis.written_scheduled.update(
+                gvar.name_hint for gvar, func in mod.functions.items()
+                if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None
+                and func.attrs.get("tirx.is_scheduled", False))
         elif name == "schedule":
             analysis.implementations.update(strategy.implementations(mod))
         if options.dump_ir is not None:

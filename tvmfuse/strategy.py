@@ -26,9 +26,6 @@ from .targets import TargetSpec
 DEFAULT = "default"
 #: What a kernel scheduled by a searched tuning database record runs with.
 TUNED = "tuned"
-#: Implementations that are whole kernels written scheduled (a pass's call_tir), not schedules
-#: of a FuseTIR kernel: MetaSchedule has nothing to search in them.
-HAND_WRITTEN_KERNELS = frozenset({"cpu.attention", "cuda.attention"})
 #: Prefix of a kernel whose database record is a measured hand-written seed ("seed:cpu.conv2d").
 DATABASE_SEED = "seed"
 
