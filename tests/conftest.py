@@ -31,6 +31,21 @@ def build_tiny(tmp_path_factory):
     return build
 
 
+def relax_main(params: dict[str, tuple], body, dtype: str = "float32"):
+    """A Relax module whose ``main`` takes tensors ``params`` (name -> shape, all ``dtype``) and
+    returns ``body(bb, *params)``, computed in one dataflow block: the Before/After modules of the
+    pass tests."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    args = [relax.Var(name, relax.TensorType(shape, dtype)) for name, shape in params.items()]
+    with bb.function("main", args):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, *args))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def run_cli(*args: str, cwd: Path | None = None, code: str | None = None):
     """Run ``tvmfuse ARGS`` in a fresh interpreter; return the CompletedProcess (text)."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}

@@ -7,6 +7,8 @@ from tvm.s_tir import dlight as dl
 from tvmfuse import api
 from tvmfuse.passes import ApplyScheduleRules
 
+from conftest import relax_main
+
 CUDA = api.get_target("cuda-sm90").tvm_target()
 
 
@@ -17,14 +19,9 @@ class Broken(dl.gpu.Fallback):
 
 
 def _relu_module():
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((128, 64), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.relu(x))
-        bb.emit_func_output(out)
     with CUDA:
-        return relax.transform.LegalizeOps()(bb.get())
+        return relax.transform.LegalizeOps()(
+            relax_main({"x": (128, 64)}, lambda bb, x: relax.op.nn.relu(x)))
 
 
 def test_a_rule_that_raises_falls_through_to_the_next(caplog):
@@ -51,15 +48,10 @@ class Refuses(dl.gpu.Fallback):
 
 
 def _depthwise_module():
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, 32, 28, 28), "float32"))
-    w = relax.Var("w", relax.TensorType((32, 1, 3, 3), "float32"))
-    with bb.function("main", [x, w]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.conv2d(x, w, padding=1, groups=32))
-        bb.emit_func_output(out)
     with CUDA:
-        return relax.transform.LegalizeOps()(bb.get())
+        return relax.transform.LegalizeOps()(relax_main(
+            {"x": (1, 32, 28, 28), "w": (32, 1, 3, 3)},
+            lambda bb, x, w: relax.op.nn.conv2d(x, w, padding=1, groups=32)))
 
 
 def test_small_reductions_go_to_their_own_rules():

@@ -5,15 +5,11 @@ from tvm import relax
 from tvmfuse import api
 from tvmfuse.passes import DecomposeClip
 
+from conftest import relax_main
+
 
 def _module(body):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, 8, 4, 4), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(body(bb, x))
-        bb.emit_func_output(out)
-    return bb.get()
+    return relax_main({"x": (1, 8, 4, 4)}, body)
 
 
 def test_clip_becomes_maximum_then_minimum():

@@ -6,6 +6,8 @@ from tvm import relax
 
 from tvmfuse.passes import FoldBatchNorm
 
+from conftest import relax_main
+
 rng = np.random.default_rng(0)
 W = rng.standard_normal((4, 3, 3, 3)).astype("float32")
 B = rng.standard_normal(4).astype("float32")
@@ -15,13 +17,7 @@ EPS = 1e-5
 
 
 def _module(body):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, 3, 8, 8), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(body(bb, x))
-        bb.emit_func_output(out)
-    return bb.get()
+    return relax_main({"x": (1, 3, 8, 8)}, body)
 
 
 def _conv_bn(with_bias: bool, axis: int = 1, weight=None):

@@ -4,15 +4,11 @@ from tvm import relax
 
 from tvmfuse.passes import FoldConstantCasts
 
+from conftest import relax_main
+
 
 def _module(body):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((2, 8), "float16"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(body(bb, x))
-        bb.emit_func_output(out)
-    return bb.get()
+    return relax_main({"x": (2, 8)}, body, "float16")
 
 
 def test_cast_of_a_constant_becomes_the_constant():

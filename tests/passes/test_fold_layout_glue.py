@@ -7,15 +7,11 @@ from tvm import relax
 from tvmfuse import api
 from tvmfuse.passes import FoldLayoutGlue
 
+from conftest import relax_main
+
 
 def _module(shape, body):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(body(bb, x))
-        bb.emit_func_output(out)
-    return bb.get()
+    return relax_main({"x": shape}, body)
 
 
 def test_mean_then_unit_transpose_then_reshape_becomes_one_mean():

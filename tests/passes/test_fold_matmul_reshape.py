@@ -5,19 +5,15 @@ from tvm import relax
 
 from tvmfuse.passes import FoldMatmulReshape
 
+from conftest import relax_main
+
 rng = np.random.default_rng(0)
 W = rng.standard_normal((8, 4)).astype("float32")
 B = rng.standard_normal(4).astype("float32")
 
 
 def _module(body, shape=(2, 16, 8)):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape, "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(body(bb, x))
-        bb.emit_func_output(out)
-    return bb.get()
+    return relax_main({"x": shape}, body)
 
 
 def _linear_2d(bias: bool, out_shape=(2, 16, 4)):

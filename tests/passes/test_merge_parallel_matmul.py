@@ -5,19 +5,15 @@ from tvm import relax
 
 from tvmfuse.passes import MergeParallelMatmul
 
+from conftest import relax_main
+
 rng = np.random.default_rng(0)
 WQ, WK, WV = (rng.standard_normal((8, n)).astype("float32") for n in (4, 4, 6))
 BQ, BK, BV = (rng.standard_normal(w.shape[1]).astype("float32") for w in (WQ, WK, WV))
 
 
 def _module(body):
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((2, 16, 8), "float32"))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            out = bb.emit_output(relax.Tuple(body(bb, x)))
-        bb.emit_func_output(out)
-    return bb.get()
+    return relax_main({"x": (2, 16, 8)}, lambda bb, x: relax.Tuple(body(bb, x)))
 
 
 def _qkv(bias: bool):

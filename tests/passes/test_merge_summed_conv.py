@@ -7,6 +7,8 @@ from tvm import relax
 from tvmfuse import api
 from tvmfuse.passes import MergeSummedConv
 
+from conftest import relax_main
+
 rng = np.random.default_rng(0)
 WA = rng.standard_normal((1, 1, 8, 16)).astype("float32")  # HWIO
 WB = rng.standard_normal((1, 1, 4, 16)).astype("float32")
@@ -15,14 +17,7 @@ NHWC = {"data_layout": "NHWC", "kernel_layout": "HWIO", "out_layout": "NHWC"}
 
 
 def _module(body):
-    bb = relax.BlockBuilder()
-    h = relax.Var("h", relax.TensorType((1, 6, 6, 8), "float32"))
-    x = relax.Var("x", relax.TensorType((1, 12, 12, 4), "float32"))
-    with bb.function("main", [h, x]):
-        with bb.dataflow():
-            out = bb.emit_output(body(bb, h, x))
-        bb.emit_func_output(out)
-    return bb.get()
+    return relax_main({"h": (1, 6, 6, 8), "x": (1, 12, 12, 4)}, body)
 
 
 def _summed(wb=WB, padding_b=0, keep_b=False):

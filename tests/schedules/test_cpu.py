@@ -13,6 +13,8 @@ from tvmfuse import api
 from tvmfuse.schedules import cpu
 from tvmfuse.targets import Vector
 
+from conftest import relax_main
+
 AVX512 = api.get_target("avx512")
 VECTOR = AVX512.vector
 rng = np.random.default_rng(0)
@@ -20,14 +22,8 @@ rng = np.random.default_rng(0)
 
 def _kernel(inputs, body) -> tirx.PrimFunc:
     """The one fused PrimFunc that LegalizeOps + FuseOps + FuseTIR make of ``body``."""
-    bb = relax.BlockBuilder()
-    params = [relax.Var(name, relax.TensorType(shape, "float32")) for name, shape in inputs]
-    with bb.function("main", params):
-        with bb.dataflow():
-            out = bb.emit_output(body(bb, *params))
-        bb.emit_func_output(out)
     with AVX512.tvm_target():
-        mod = relax.transform.LegalizeOps()(bb.get())
+        mod = relax.transform.LegalizeOps()(relax_main(dict(inputs), body))
         mod = relax.transform.AnnotateTIROpPattern()(mod)
         mod = relax.transform.FuseOps()(mod)
         mod = relax.transform.FuseTIR()(mod)
