@@ -1,16 +1,16 @@
 """Latency against search trials: tvmfuse's tuning (hand-written schedules as the starting point)
 against MetaSchedule from scratch, on the same kernels with the same trials.
 
-    python benchmarks/tuning_curve.py resnet50 --top-k 4 --trials 8 --json benchmarks/resnet50-tuning-curve.json
+    python benchmarks/tuning_curve.py resnet50 --top-k 4 --trials 8 --json curve.json
 
 The kernels are the model's ``top-k`` by measured share of time (seed time x launches, from the
 target's committed database). Each is searched twice with MetaSchedule's evolutionary search and
 XGBoost cost model, ``trials`` candidates each, into two fresh databases: once with the seed record
 in the database (what ``tvmfuse tune`` searches over), once from nothing. A kernel's latency after
 ``n`` trials is the best measured so far; before any, its hand-written schedule (tvmfuse) or TVM's
-default lowering (from scratch), both measured at the start of the run. The model's latency is the sum over every kernel of its latency x
-launches (the other kernels at their seed time): what the curve compares, trial by trial, with
-the trials of every searched kernel taken in step.
+default lowering (from scratch), both measured at the start of the run. The model's latency is
+the sum over every kernel of its latency x launches (the other kernels at their seed time): what
+the curve compares, trial by trial, with the trials of every searched kernel taken in step.
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvmfuse import api, strategy
 from tvmfuse.tuning import database
-from tvmfuse.tuning.tune import (
-    Measure, _hand_written, _import_tensor_intrin, _tune_context, plan_tasks,
-)
+from tvmfuse.tuning.tune import Measure, hand_written, plan_tasks, search_task
 
 
 def main() -> None:
@@ -57,7 +55,7 @@ def main() -> None:
             task, plan = tasks[i], plans[i]
             func = task.dispatched[0]["main"]
             kernels.append({"name": plan.name, "launches": plan.launches,
-                            "seed_s": measure(_hand_written(func, tvm_target, scheduler).mod["main"],
+                            "seed_s": measure(hand_written(func, tvm_target, scheduler).mod["main"],
                                               tvm_target),
                             "default_s": measure(func, tvm_target), "runs": {}})
     for mode in ("tvmfuse", "scratch"):
@@ -71,12 +69,7 @@ def main() -> None:
                         seed_records[kernel["name"]].run_secs, tvm_target,
                         ms.arg_info.ArgInfo.from_prim_func(task.dispatched[0]["main"])))
                 known, start = len(database.read(Path(folder)).records), time.perf_counter()
-                ms.tune_tasks(
-                    tasks=[_tune_context(task)], task_weights=[1.0], work_dir=folder,
-                    max_trials_global=args.trials, num_trials_per_iter=4,
-                    builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
-                                                    initializer=_import_tensor_intrin),
-                    runner=ms.runner.LocalRunner(timeout_sec=60), database=db, cost_model="xgb")
+                search_task(task, Path(folder), db, args.trials)
                 # the lines this search appended, in the order it measured them (the database
                 # API returns records sorted by time); failed builds are 1e10 s
                 records = database.read(Path(folder)).records[known:]

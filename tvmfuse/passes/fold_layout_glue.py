@@ -11,6 +11,9 @@ patterns.
 
 from __future__ import annotations
 
+import functools
+import operator
+
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
@@ -31,10 +34,8 @@ class FoldLayoutGlue:
         inner = is_op("relax.reshape")(wildcard(), wildcard())
         mod = rewrite_functions(mod, is_op("relax.reshape")(inner, wildcard()),
                                 lambda expr, m: relax.op.reshape(m[inner].args[0], expr.args[1]))
-        reductions = [is_op(name)(wildcard()) for name in _REDUCTIONS]
-        reduction = reductions[0]
-        for other in reductions[1:]:
-            reduction = reduction | other
+        reduction = functools.reduce(operator.or_,
+                                     (is_op(name)(wildcard()) for name in _REDUCTIONS))
         uses = uses_of_values(mod)
         pattern = is_op("relax.reshape")(reduction, wildcard())
 
@@ -44,9 +45,10 @@ class FoldLayoutGlue:
             if not attrs.keepdims or attrs.axis is None or uses.get(reduced, 0) != 1:
                 return expr
             kept = static_shape(reduced.ty.shape)
-            axes = {int(a) % len(kept) for a in attrs.axis} if kept is not None else set()
-            squeezed = [d for i, d in enumerate(kept or []) if i not in axes]
-            if kept is None or static_shape(expr.ty.shape) != squeezed:
+            if kept is None:
+                return expr
+            axes = {int(a) % len(kept) for a in attrs.axis}
+            if static_shape(expr.ty.shape) != [d for i, d in enumerate(kept) if i not in axes]:
                 return expr
             return _REDUCTIONS[reduced.op.name](reduced.args[0], attrs.axis, keepdims=False)
 

@@ -259,7 +259,8 @@ def _operand(values, expr) -> _Operand:
 def _merge_heads(var, values, users, flat_shape):
     """The ``reshape([B, S, H * D])`` variable that merges ``var``'s ``[B * H, S, D]`` heads."""
     step = _only_user(var, values, users)
-    if step is not None and calls_op(values[step], "relax.reshape") and len(_shape(step) or ()) == 4:
+    if (step is not None and calls_op(values[step], "relax.reshape")
+            and len(_shape(step) or ()) == 4):
         var, step = step, _only_user(step, values, users)
     if step is None or not (calls_op(values[step], "relax.permute_dims")
                             and _axes(values[step]) == [0, 2, 1, 3]):

@@ -148,24 +148,24 @@ def _seed(task, plan: TaskPlan, target, scheduler: ApplyScheduleRules, existing,
         plan.tuned = not is_seed(record.trace)  # a seed alone is no search
         run_secs = [float(s) for s in record.run_secs or []]
         return min(run_secs) if run_secs else None
-    hand_written = _hand_written(workload["main"], target, scheduler)
-    if hand_written is None:
+    schedule = hand_written(workload["main"], target, scheduler)
+    if schedule is None:
         return None
-    seconds = measure(hand_written.mod["main"], target)
+    seconds = measure(schedule.mod["main"], target)
     job.commit_tuning_record(ms.database.TuningRecord(
-        hand_written.trace, job.commit_workload(workload), [seconds], target,
+        schedule.trace, job.commit_workload(workload), [seconds], target,
         ms.arg_info.ArgInfo.from_prim_func(workload["main"])))
     log.debug("seeded %s: %.3f ms", plan.name, seconds * 1e3)
     return seconds
 
 
 def is_seed(trace) -> bool:
-    """Whether a record's trace is a hand-written seed (annotated by :func:`_hand_written`)."""
+    """Whether a record's trace is a hand-written seed (annotated by :func:`hand_written`)."""
     return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == SCHEDULE_ATTR
                for inst in trace.insts)
 
 
-def _hand_written(func, target, scheduler: ApplyScheduleRules):
+def hand_written(func, target, scheduler: ApplyScheduleRules):
     """The schedule the build would give ``func``, its root block annotated with the rule's name
     so the trace says where it came from."""
     found = scheduler.schedule(func, target)
@@ -262,7 +262,6 @@ def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started
     total = sum(p.trials for _, p in todo)
     if not total:
         return
-    runner, export = runner_and_export
     per_trial = FIRST_TRIAL_GUESS_S
     done, searching = 0, 0.0
     bar = tqdm(total=total, unit="trial", disable=not progress, desc="search")
@@ -280,14 +279,7 @@ def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started
                 trials = max(trials_per_iter, min(trials, affordable * trials_per_iter))
             bar.set_postfix_str(plan.name[:40])
             task_start = time.perf_counter()
-            ms.tune_tasks(
-                tasks=[_tune_context(task)], task_weights=[1.0], work_dir=str(database_dir),
-                max_trials_global=trials, num_trials_per_iter=trials_per_iter,
-                builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
-                                                initializer=_import_tensor_intrin,
-                                                f_export=export),
-                runner=runner, database=job, cost_model="xgb",
-            )
+            search_task(task, database_dir, job, trials, trials_per_iter, runner_and_export)
             searching += time.perf_counter() - task_start
             done += trials
             per_trial = searching / done
@@ -298,6 +290,23 @@ def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started
                          min(float(s) for s in best.run_secs) * 1e3, plan.seconds * 1e3)
     finally:
         bar.close()
+
+
+def search_task(task, work_dir: Path, database, trials: int, trials_per_iter: int = 4,
+                runner_and_export=None) -> None:
+    """MetaSchedule's evolutionary search (XGBoost cost model) of one task: ``trials``
+    candidates, built with the builder this machine needs (module docstring), measured by the
+    runner of :func:`_runner` (here by default), committed to ``database``."""
+    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+
+    runner, export = runner_and_export or _runner(None, None)
+    ms.tune_tasks(
+        tasks=[_tune_context(task)], task_weights=[1.0], work_dir=str(work_dir),
+        max_trials_global=trials, num_trials_per_iter=trials_per_iter,
+        builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
+                                        initializer=_import_tensor_intrin, f_export=export),
+        runner=runner, database=database, cost_model="xgb",
+    )
 
 
 def _tune_context(task):
