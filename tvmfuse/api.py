@@ -145,6 +145,12 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
                 and func.attrs.get("tirx.is_scheduled", False))
         elif name == "schedule":
             analysis.implementations.update(strategy.implementations(mod))
+        elif name == "prepack":  # packed weights: the kernels' parameters changed shape
+            for gvar, func in mod.functions.items():
+                kernel = analysis.kernel_info.get(gvar.name_hint)
+                if kernel is not None:
+                    analysis.kernel_info[gvar.name_hint] = replace(
+                        kernel, params=profile.param_specs(func))
         if options.dump_ir is not None:
             index = len(analysis.phase_seconds)
             (options.dump_ir / f"{index:02d}_{name}.py").write_text(mod.script(show_meta=False))
@@ -158,7 +164,7 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
                  for name, rule in rules.items()}
     # The database matters only to a run that reaches the schedule phases; resolving it reads
     # and checks every record, so a run that stops before them skips it.
-    reaches_schedules = until is None or until in ("apply_database", "schedule", "lower")
+    reaches_schedules = until is None or until in ("apply_database", "schedule", "prepack", "lower")
     analysis.database = build_database(target, options) if reaches_schedules else None
     with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:
         # corrupt lines and other targets' records are left out of what the build applies

@@ -18,7 +18,8 @@ from . import strategy
 from .errors import TvmfuseError
 from .passes import (
     DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldLayoutGlue, FoldMatmulReshape,
-    FuseAttention, MarkGathersInjective, MergeParallelMatmul, MergeSummedConv, VerifyFusion,
+    FuseAttention, MarkGathersInjective, MergeParallelMatmul, MergeSummedConv, PrepackWeights,
+    VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -60,6 +61,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
     """The pipeline's phases for ``target``, in the order they run."""
     tvm_target = target.tvm_target()
     rules = options.rules
+    prepack = rules["prepack_weights"].enabled and target.vector is not None
     return [
         # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers,
         #    parallel matmuls on one input into one GEMM, attention into one kernel; the
@@ -102,20 +104,26 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             MarkGathersInjective(),  # embedding lookups and mask gathers join their neighbours
             relax.transform.FoldConstant(),
         ])),
-        # 5. TVM's FuseOps groups what the patterns left (elementwise chains, reductions), then
-        #    each group becomes one PrimFunc.
+        # 5. TVM's FuseOps groups what the patterns left (elementwise chains, reductions).
         Phase("fuse_ops", _if(rules["elementwise"].enabled, relax.transform.FuseOps())),
         # 6. The numeric gate (--verify-fusion): a group that fails to build or to match its
         #    ops run one by one is split back into them.
         Phase("verify_fusion", _if(options.verify_fusion, VerifyFusion(
             _group_builder(target, options), _device_here(target), TOLERANCE,
         ))),
-        Phase("fuse_tir", relax.transform.FuseTIR()),
-        # 7. Schedules: tuned records first, then the hand-written rules from schedules/, then
-        #    TVM's defaults for what is left (see strategy.py).
+        # 7. Each group becomes one PrimFunc; on CPUs the constants it reads (weights) are marked
+        # layout-free, for schedules (ours and MetaSchedule's) to choose their layout.
+        Phase("fuse_tir", tvm.transform.Sequential([
+            relax.transform.FuseTIR(),
+            _if(prepack, relax.transform.AttachAttrLayoutFreeBuffers()),
+        ])),
+        # 8. Schedules: tuned records first, then the hand-written rules from schedules/, then
+        #    TVM's defaults for what is left (see strategy.py); the weight layouts they chose are
+        #    computed at build time.
         Phase("apply_database", tvm.transform.Sequential(_apply_database(options.database))),
         Phase("schedule", strategy.scheduler(target)),
-        # 8. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
+        Phase("prepack", _if(prepack, PrepackWeights())),
+        # 9. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
         Phase("lower", tvm.transform.Sequential(
             _backend(tvm_target).dataflow_lower_passes(tvm_target)
             + _backend(tvm_target).finalize_passes(tvm_target)
@@ -133,7 +141,7 @@ def _group_builder(target: TargetSpec, options: PipelineOptions):
     """Build a module holding one fused group the way the pipeline builds a model."""
     def build(mod: tvm.IRModule):
         for phase in phases(target, replace(options, verify_fusion=False)):
-            if phase.name in ("fuse_tir", "apply_database", "schedule", "lower"):
+            if phase.name in ("fuse_tir", "apply_database", "schedule", "prepack", "lower"):
                 mod = phase.transform(mod)
         return tvm.compile(mod, target=target.tvm_target(), relax_pipeline=None)
 

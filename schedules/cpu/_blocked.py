@@ -134,6 +134,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
 
     blocks = root_blocks(sch)
     position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(block))
+    pack_panels(sch, anchor, vector_axis[-1], tile.blocks * tile.lanes)
     for producer in blocks[:position]:
         if inline_large_padding and _padding_outweighs_output(sch, producer, anchor):
             sch.compute_inline(producer)
@@ -179,6 +180,44 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     init = sch.decompose_reduction(anchor, reduce[0])
     sch.vectorize(sch.get_loops(init)[-1])
     return parallel
+
+
+#: The block annotation that marks a weight-packing block for Relax's SplitLayoutRewritePreproc
+#: (MetaSchedule's RewriteLayout writes the same).
+LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
+
+
+def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
+    """Read the anchor's weights in panels of ``panel`` output columns, packed at build time.
+
+    A weight ``W[k..., n]`` that the kernel's ``layout_free_buffers`` attribute names (a
+    constant, see AttachAttrLayoutFreeBuffers) and that the anchor reads at ``[reduction...,
+    axis]`` is read instead from ``P[n // panel, k..., n % panel]``, written by a block annotated
+    for SplitLayoutRewritePreproc, which moves it out of the kernel to run once on the constant.
+    Then a register tile's weights for one reduction step are one contiguous ``panel`` of floats,
+    and consecutive steps are next to each other, where ``W`` has them ``N`` floats apart.
+    Returns the packing block, or None when no weight qualifies.
+    """
+    func = sch.mod["main"]
+    free = func.attrs.get("layout_free_buffers") if func.attrs is not None else None
+    if not free:
+        return None
+    weights = [func.params[int(i)] for i in free]
+    block = sch.get(anchor)
+    reduction = [iv.var for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
+    for index, region in enumerate(block.reads):
+        if not any(region.source.same_as(w) for w in weights):
+            continue
+        starts = [r.min for r in region.region]
+        if not (starts[-1].same_as(axis) and all(
+                any(s.same_as(r) for r in reduction) for s in starts[:-1])):
+            continue
+        packing = sch.cache_read(anchor, index, "global")
+        sch.annotate(packing, LAYOUT_REWRITE_PREPROC, True)
+        sch.transform_layout(anchor, ("read", index),
+                             lambda *i: (i[-1] // panel, *i[:-1], i[-1] % panel))
+        return packing
+    return None
 
 
 def _feeds(sch: s_tir.Schedule, producer, consumer) -> bool:

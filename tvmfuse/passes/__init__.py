@@ -10,9 +10,10 @@ from .fuse_attention import FuseAttention
 from .mark_gathers_injective import MarkGathersInjective
 from .merge_parallel_matmul import MergeParallelMatmul
 from .merge_summed_conv import MergeSummedConv
+from .prepack_weights import PrepackWeights
 from .verify_fusion import VerifyFusion
 from .winograd_conv2d import WinogradConv2D
 
 __all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
            "FoldLayoutGlue", "FoldMatmulReshape", "FuseAttention", "MarkGathersInjective",
-           "MergeParallelMatmul", "MergeSummedConv", "VerifyFusion", "WinogradConv2D"]
+           "MergeParallelMatmul", "MergeSummedConv", "PrepackWeights", "VerifyFusion", "WinogradConv2D"]
