@@ -18,8 +18,8 @@ from . import strategy
 from .errors import TvmfuseError
 from .passes import (
     DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldLayoutGlue, FoldMatmulReshape,
-    FuseAttention, MarkGathersInjective, MergeParallelMatmul, MergeSummedConv, PrepackWeights,
-    VerifyFusion,
+    FuseAttention, MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul,
+    MergeSummedConv, PrepackWeights, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -115,7 +115,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         # layout-free, for schedules (ours and MetaSchedule's) to choose their layout.
         Phase("fuse_tir", tvm.transform.Sequential([
             relax.transform.FuseTIR(),
-            _if(prepack, relax.transform.AttachAttrLayoutFreeBuffers()),
+            _if(prepack, MarkWeightsLayoutFree()),
         ])),
         # 8. Schedules: tuned records first, then the hand-written rules from schedules/, then
         #    TVM's defaults for what is left (see strategy.py); the weight layouts they chose are

@@ -11,6 +11,7 @@ from tvm import relax, s_tir, tirx
 
 from tvmfuse import api
 from tvmfuse.schedules import cpu
+from tvmfuse.schedules.cpu._blocked import LAYOUT_REWRITE_PREPROC
 from tvmfuse.targets import Vector
 
 from conftest import relax_main
@@ -129,6 +130,37 @@ def test_dense_gelu_numbers_and_zmm_fmas():
     assert len(fmas) >= 16, "the hot loop should be AVX-512 FMAs on zmm registers"
 
 
+def _packing(sch) -> list:
+    return [b for b in _blocks(sch) if LAYOUT_REWRITE_PREPROC in b.annotations]
+
+
+@pytest.mark.parametrize("kind", ["dense", "conv"])
+def test_layout_free_weights_are_read_in_panels_of_the_register_tile(kind):
+    if kind == "dense":
+        inputs, body = _dense(24, 64, 128, relax.op.nn.relu)
+        rule, anchor, out_shape = cpu.Dense(VECTOR), "matmul_update", (1, 24, 128)
+    else:
+        inputs, body = _conv_relu(14, 32, 128, 3, 1)
+        rule, anchor, out_shape = cpu.Conv2D(VECTOR), "conv2d_nhwc_update", (1, 14, 14, 128)
+    func = _kernel(inputs, body)
+    assert not _packing(rule.apply(func, AVX512.tvm_target(), False))  # weights not marked
+    sch = rule.apply(func.with_attr("layout_free_buffers", [1]), AVX512.tvm_target(), False)
+    (packing,) = _packing(sch)
+    # the weight [k..., 128] is read as [128 / panel, k..., panel], a panel being the tile's
+    # columns: blocks of 16 lanes (4 of them for the GEMM's 4x4 tile, 2 for the conv's 7x2)
+    weight_shape = dict(inputs)["w"]
+    packed = packing.writes[0].source
+    panel = {"dense": 64, "conv": 32}[kind]
+    assert [int(d) for d in packed.ty.shape] == [128 // panel, *weight_shape[:-1], panel]
+    assert any(r.source.same_as(packed) for r in sch.get(sch.get_sblock(anchor)).reads)
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    if kind == "dense":
+        expected = np.maximum(x @ w + b, 0)
+    else:
+        expected = _torch_conv_relu(x, w, b, 3, 1)
+    _close(_run(sch, [x, w, b], out_shape), expected)
+
+
 def test_dense_rejects_what_it_cannot_vectorize():
     inputs, body = _dense(8, 16, 3, lambda y: y)  # three columns: no vector of 4 or more
     assert cpu.Dense(VECTOR).apply(_kernel(inputs, body), None, False) is None
@@ -208,10 +240,12 @@ def test_dense_row_norm_finishes_rows_then_normalizes_them_on_the_same_thread():
         sch = cpu.DenseRowNorm(VECTOR).apply(func, target, False)
     assert sch is not None
     # one parallel loop over chunks of whole rows (8 row tiles of 4: as many chunks as cores,
-    # up to 8, that divide them) holds the GEMM and the norm
+    # up to 8, that divide them) holds the GEMM and the norm; the weight (a constant) is packed
+    # by a block the build moves out of the kernel
     cores = int(AVX512.config["num-cores"])
     chunks = max(c for c in range(1, min(cores, 8) + 1) if 8 % c == 0)
-    for block in _blocks(sch):
+    assert len(_packing(sch)) == 1
+    for block in _blocks(sch)[1:]:
         assert _kinds(sch, block.name_hint)[0] == "PARALLEL"
         assert _extents(sch, block.name_hint)[0] == chunks
     assert _kinds(sch, "matmul_update")[-1] == "VECTORIZED"

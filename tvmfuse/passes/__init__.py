@@ -8,6 +8,7 @@ from .fold_layout_glue import FoldLayoutGlue
 from .fold_matmul_reshape import FoldMatmulReshape
 from .fuse_attention import FuseAttention
 from .mark_gathers_injective import MarkGathersInjective
+from .mark_weights_layout_free import MarkWeightsLayoutFree
 from .merge_parallel_matmul import MergeParallelMatmul
 from .merge_summed_conv import MergeSummedConv
 from .prepack_weights import PrepackWeights
@@ -16,4 +17,5 @@ from .winograd_conv2d import WinogradConv2D
 
 __all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
            "FoldLayoutGlue", "FoldMatmulReshape", "FuseAttention", "MarkGathersInjective",
-           "MergeParallelMatmul", "MergeSummedConv", "PrepackWeights", "VerifyFusion", "WinogradConv2D"]
+           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "PrepackWeights",
+           "VerifyFusion", "WinogradConv2D"]

@@ -188,8 +188,14 @@ class Measure:
 
         from ..profile import param_specs, random_args  # noqa: PLC0415
 
-        library = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
-                              target=target)
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # noqa: PLC0415
+
+        # as MetaSchedule's builder does: weights arrive packed (the build packs them once), so
+        # the packing block is not timed
+        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(
+            tvm.IRModule({"main": func.with_attr("global_symbol", "main")}))
+        func = mod["main"]
+        library = tvm.compile(mod, target=target)
         kind = "cuda" if target.kind.name == "cuda" else "cpu"
         if self.remote is None:
             module, device = library.mod, tvm.device(kind, 0)
@@ -296,17 +302,40 @@ def search_task(task, work_dir: Path, database, trials: int, trials_per_iter: in
                 runner_and_export=None) -> None:
     """MetaSchedule's evolutionary search (XGBoost cost model) of one task: ``trials``
     candidates, built with the builder this machine needs (module docstring), measured by the
-    runner of :func:`_runner` (here by default), committed to ``database``."""
+    runner of :func:`_runner` (here by default), committed to ``database``.
+
+    The search's population starts from the task's earlier *searched* records, not from the
+    hand-written seeds: a seed's trace has no sampled decisions for the search to mutate, and
+    replaying it under MetaSchedule's RewriteLayout postprocessor fails (the seed has packed its
+    weights already, and RewriteLayout would pack the packed buffer again). Seeds and searched
+    records meet in ``database``, where the build takes the fastest."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
 
     runner, export = runner_and_export or _runner(None, None)
+    workload = database.commit_workload(task.dispatched[0])
+    search = ms.database.MemoryDatabase()
+    for record in database.get_top_k(workload, 64):
+        if not is_seed(record.trace):
+            _copy_record(record, search)
     ms.tune_tasks(
         tasks=[_tune_context(task)], task_weights=[1.0], work_dir=str(work_dir),
         max_trials_global=trials, num_trials_per_iter=trials_per_iter,
         builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
                                         initializer=_import_tensor_intrin, f_export=export),
-        runner=runner, database=database, cost_model="xgb",
+        runner=runner, database=search, cost_model="xgb",
     )
+    known = {str(r.trace) for r in database.get_top_k(workload, 1 << 16)}
+    for record in search.get_all_tuning_records():
+        if str(record.trace) not in known:
+            _copy_record(record, database)
+
+
+def _copy_record(record, database) -> None:
+    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+
+    database.commit_tuning_record(ms.database.TuningRecord(
+        record.trace, database.commit_workload(record.workload.mod), record.run_secs,
+        record.target, record.args_info))
 
 
 def _tune_context(task):
