@@ -17,6 +17,10 @@ that each thread keeps one panel of weights in cache across rows::
                     acc[r, b*lanes:(b+1)*lanes] += x[r, k] * w[k, b*lanes:(b+1)*lanes]
         out[tile] = epilogue(acc)                # vectorized, inlined bias/residual/activation
 
+The weights, when they are constants, are read from panels packed at build time (see
+:func:`pack_panels`): ``w[k, b*lanes:(b+1)*lanes]`` above is then ``P[tile, k, b*lanes:...]``,
+each step's vectors next to the last step's instead of a row of ``W`` apart.
+
 Producers (padding, a transpose, a concatenation) stay separate loop nests, run in parallel, and
 what feeds them (a strided slice into a concatenation) is inlined into them: inlining a padding
 test into the innermost loop halved the speed of a 3x3 conv, and of ResNet-50's stride-2 3x3
@@ -191,9 +195,10 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
     """Read the anchor's weights in panels of ``panel`` output columns, packed at build time.
 
     A weight ``W[k..., n]`` that the kernel's ``layout_free_buffers`` attribute names (a
-    constant, see AttachAttrLayoutFreeBuffers) and that the anchor reads at ``[reduction...,
-    axis]`` is read instead from ``P[n // panel, k..., n % panel]``, written by a block annotated
-    for SplitLayoutRewritePreproc, which moves it out of the kernel to run once on the constant.
+    constant: see MarkWeightsLayoutFree) and that the anchor reads at ``[reduction..., axis]`` is
+    read instead from ``P[n // panel, k..., n % panel]``, written by a block annotated for
+    SplitLayoutRewritePreproc, which the build moves out of the kernel to run once on the
+    constant (PrepackWeights).
     Then a register tile's weights for one reduction step are one contiguous ``panel`` of floats,
     and consecutive steps are next to each other, where ``W`` has them ``N`` floats apart.
     Returns the packing block, or None when no weight qualifies.

@@ -17,7 +17,7 @@ for one reduction step are 256 bytes every ``N`` floats (12 KB apart for N = 307
 each step.
 
 Preconditions: after the schedule phase, on a module whose kernels' weights are Relax constants
-(AttachAttrLayoutFreeBuffers marked them); a weight that is a function parameter is packed on
+(MarkWeightsLayoutFree marked them); a weight that is a function parameter is packed on
 every run instead, as its own kernel.
 """
 
