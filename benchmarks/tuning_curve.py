@@ -6,7 +6,9 @@ against MetaSchedule from scratch, on the same kernels with the same trials.
 The kernels are the model's ``top-k`` by measured share of time (seed time x launches, from the
 target's committed database). Each is searched twice with MetaSchedule's evolutionary search and
 XGBoost cost model, ``trials`` candidates each, into two fresh databases: once with the seed record
-in the database (what ``tvmfuse tune`` searches over), once from nothing. A kernel's latency after
+in the database (where ``tvmfuse tune`` starts: the record the search has to beat; the search's
+own population comes from MetaSchedule's design space either way, see ``search_task``), once from
+nothing. A kernel's latency after
 ``n`` trials is the best measured so far; before any, its hand-written schedule (tvmfuse) or TVM's
 default lowering (from scratch), both measured at the start of the run. The model's latency is
 the sum over every kernel of its latency x launches (the other kernels at their seed time): what

@@ -112,7 +112,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             _group_builder(target, options), _device_here(target), TOLERANCE,
         ))),
         # 7. Each group becomes one PrimFunc; on CPUs the constants it reads (weights) are marked
-        # layout-free, for schedules (ours and MetaSchedule's) to choose their layout.
+        #    layout-free, for schedules (ours and MetaSchedule's) to choose their layout.
         Phase("fuse_tir", tvm.transform.Sequential([
             relax.transform.FuseTIR(),
             _if(prepack, MarkWeightsLayoutFree()),

@@ -17,8 +17,8 @@ from .errors import TvmfuseError
 
 RULES = ("fold_batch_norm", "fold_matmul_reshape", "horizontal_matmul", "horizontal_conv",
          "fused_attention", "fold_layout_glue", "conv_layout_nhwc", "fast_erf", "winograd_conv2d",
-         "prepack_weights", "conv_epilogue", "matmul_epilogue", "layer_norm_epilogue", "add_layer_norm",
-         "scale_mask_softmax", "elementwise")
+         "prepack_weights", "conv_epilogue", "matmul_epilogue", "layer_norm_epilogue",
+         "add_layer_norm", "scale_mask_softmax", "elementwise")
 #: The rules that are tvmfuse's own fusion (what ``BuildOptions(fusion=False)`` turns off); the
 #: others choose layouts and computations (conv_layout_nhwc, fast_erf, winograd_conv2d,
 #: prepack_weights) or are

@@ -304,11 +304,11 @@ def search_task(task, work_dir: Path, database, trials: int, trials_per_iter: in
     candidates, built with the builder this machine needs (module docstring), measured by the
     runner of :func:`_runner` (here by default), committed to ``database``.
 
-    The search's population starts from the task's earlier *searched* records, not from the
-    hand-written seeds: a seed's trace has no sampled decisions for the search to mutate, and
-    replaying it under MetaSchedule's RewriteLayout postprocessor fails (the seed has packed its
-    weights already, and RewriteLayout would pack the packed buffer again). Seeds and searched
-    records meet in ``database``, where the build takes the fastest."""
+    The search's population starts from the searched records ``database`` already holds for the
+    task, not from the hand-written seeds: a seed's trace has no sampled decisions for the search
+    to mutate, and replaying it under MetaSchedule's RewriteLayout postprocessor fails (the seed
+    has packed its weights already, and RewriteLayout would pack the packed buffer again). Seeds
+    and searched records meet in ``database``, where the build takes the fastest."""
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
 
     runner, export = runner_and_export or _runner(None, None)
