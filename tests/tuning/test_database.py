@@ -104,33 +104,35 @@ def test_a_build_skips_other_targets_records(tmp_path, caplog):
 
 
 def test_an_interrupted_tuning_job_keeps_its_records(monkeypatch, tmp_path):
-    """Ctrl-C during MetaSchedule: what the job recorded is merged into the database."""
+    """Ctrl-C during MetaSchedule: what the search measured is merged into the database."""
     import importlib
 
+    from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
 
     tune_module = importlib.import_module("tvmfuse.tuning.tune")  # the package exports tune()
+    target = api.get_target("avx512").tvm_target()
+    searched = []
 
-    def interrupted(*, database, **_):
-        workload_line = json.dumps(["h9", "workload-9"])
-        folder = __import__("pathlib").Path(database.path_workload).parent
-        (folder / database_files[0]).write_text(workload_line + "\n")
-        (folder / database_files[1]).write_text(json.dumps(_record(0, 0.004)) + "\n")
+    def interrupted(*, database, **_):  # one candidate measured, then Ctrl-C
+        workload = searched[-1].dispatched[0]
+        database.commit_tuning_record(ms.database.TuningRecord(
+            s_tir.Schedule(workload).trace, database.commit_workload(workload), [0.004], target,
+            ms.arg_info.ArgInfo.from_prim_func(workload["main"])))
         raise KeyboardInterrupt
 
-    database_files = database.FILES
     monkeypatch.setattr(ms, "tune_tasks", interrupted)
     # no design space is needed: the search is replaced (building one imports the tensor
     # intrinsics, 20 s here)
-    monkeypatch.setattr(tune_module, "_tune_context", lambda task: None)
+    monkeypatch.setattr(tune_module, "_tune_context", searched.append)
     db_dir = tmp_path / "db"
     model = api.import_model("tiny-resnet")
     mod, _ = api.analyze(model, api.get_target("avx512"), api.BuildOptions(use_database=False))
-    with api.get_target("avx512").tvm_target(), pytest.raises(KeyboardInterrupt):
-        tune_module.tune(mod, api.get_target("avx512").tvm_target(), db_dir, trials=1,
-                         scheduler=ApplyScheduleRules([]), progress=False)
-    db = database.read(db_dir)
-    assert db.records == [[0, _record(0, 0.004)[1]]]
+    with target, pytest.raises(KeyboardInterrupt):
+        tune_module.tune(mod, target, db_dir, trials=1, scheduler=ApplyScheduleRules([]),
+                         progress=False)
+    (record,) = database.read(db_dir).records  # no seeds: the scheduler has no rules
+    assert record[1][1] == [0.004]
     assert not list(db_dir.glob(".tune-*"))  # the job's private folder is gone
 
 

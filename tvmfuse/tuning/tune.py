@@ -317,17 +317,19 @@ def search_task(task, work_dir: Path, database, trials: int, trials_per_iter: in
     for record in database.get_top_k(workload, 64):
         if not is_seed(record.trace):
             _copy_record(record, search)
-    ms.tune_tasks(
-        tasks=[_tune_context(task)], task_weights=[1.0], work_dir=str(work_dir),
-        max_trials_global=trials, num_trials_per_iter=trials_per_iter,
-        builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
-                                        initializer=_import_tensor_intrin, f_export=export),
-        runner=runner, database=search, cost_model="xgb",
-    )
-    known = {str(r.trace) for r in database.get_top_k(workload, 1 << 16)}
-    for record in search.get_all_tuning_records():
-        if str(record.trace) not in known:
-            _copy_record(record, database)
+    try:
+        ms.tune_tasks(
+            tasks=[_tune_context(task)], task_weights=[1.0], work_dir=str(work_dir),
+            max_trials_global=trials, num_trials_per_iter=trials_per_iter,
+            builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
+                                            initializer=_import_tensor_intrin, f_export=export),
+            runner=runner, database=search, cost_model="xgb",
+        )
+    finally:  # Ctrl-C included: what was measured is kept
+        known = {str(r.trace) for r in database.get_top_k(workload, 1 << 16)}
+        for record in search.get_all_tuning_records():
+            if str(record.trace) not in known:
+                _copy_record(record, database)
 
 
 def _copy_record(record, database) -> None:
