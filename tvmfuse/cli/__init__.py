@@ -31,7 +31,6 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
-    env.use_all_cores()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else env.LOG_LEVEL,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
