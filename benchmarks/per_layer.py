@@ -20,9 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-import torch
 
-from tvmfuse import api
+from tvmfuse import api, engines
 
 
 def main() -> None:
@@ -53,10 +52,11 @@ def main() -> None:
 def _onnxruntime_nodes(model, threads: int, runs: int) -> list[dict]:
     """Median time per run of each ONNX Runtime node (ms), slowest first."""
     with tempfile.TemporaryDirectory(prefix="per-layer-") as folder:
-        path = Path(folder) / "model.onnx"
-        inputs = tuple(torch.from_numpy(a) for a in model.example_inputs)
-        torch.onnx.export(model.torch_module.eval(), inputs, str(path), dynamo=False,
-                          opset_version=17)
+        # exported as `tvmfuse bench` exports it for its onnxruntime engine
+        path = engines.export_onnx(engines.BenchContext(
+            model=model, target=api.get_target("avx512"), inputs=model.example_inputs,
+            threads=threads, build_options=None, torch_module=model.torch_module,
+            onnx_path=None))
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

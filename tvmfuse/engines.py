@@ -217,7 +217,7 @@ def _onnxruntime(ctx: BenchContext) -> Engine:
         raise Unavailable("ONNX Runtime's CPU kernels have no bfloat16")
     if ctx.dtype != "float32" and ctx.onnx_path is not None:
         raise Unavailable(f"{ctx.onnx_path} is an ONNX file in its own precision")
-    path = ctx.onnx_path or _export_onnx(ctx)
+    path = ctx.onnx_path or export_onnx(ctx)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = ctx.threads
@@ -242,7 +242,7 @@ def _onnxruntime(ctx: BenchContext) -> Engine:
                   0.0)
 
 
-def _export_onnx(ctx: BenchContext) -> Path:
+def export_onnx(ctx: BenchContext) -> Path:
     import torch  # noqa: PLC0415
 
     if ctx.torch_module is None:

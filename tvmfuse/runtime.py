@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 
-from . import env
 from .errors import TvmfuseError
 from .specs import TensorSpec
 
@@ -115,7 +114,6 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
         if reason:
             raise TvmfuseError(f"this build cannot run here: {reason}; run it on its device "
                                f"with --rpc HOST:PORT:KEY")
-        env.use_all_cores()
         device = tvm.cuda(0) if target.device == "cuda" else tvm.cpu(0)
         module = tvm.runtime.load_module(str(library))
     else:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
+from ._rewrite import calls_op
+
 #: The PrimFunc attribute MetaSchedule's RewriteLayout and SplitLayoutRewritePreproc read.
 LAYOUT_FREE_BUFFERS = "layout_free_buffers"
 
@@ -28,8 +30,7 @@ class MarkWeightsLayoutFree:
         constant: dict[str, set[int]] = {}
 
         def visit(expr):
-            if not (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)
-                    and expr.op.name == "relax.call_tir"):
+            if not calls_op(expr, "relax.call_tir"):
                 return
             kernel, args = expr.args[0].name_hint, expr.args[1].fields
             here = {i for i, arg in enumerate(args) if isinstance(arg, tvm.ir.expr.Constant)}
