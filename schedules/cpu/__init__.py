@@ -15,12 +15,13 @@ from .dense import Dense, DenseRowNorm
 from .elementwise import Elementwise, Parallel
 from .pool import Pool
 from .reduction import RowReduction
+from .winograd import WinogradTransform
 
 __all__ = ["Conv2D", "Dense", "DenseRowNorm", "DepthwiseConv2D", "Elementwise", "Parallel", "Pool",
-           "RowReduction", "Vector", "rules"]
+           "RowReduction", "Vector", "WinogradTransform", "rules"]
 
 
 def rules(vector: Vector) -> list:
     """The CPU schedule rules for ``vector``, most specific first, the catch-all last."""
-    return [Conv2D(vector), DepthwiseConv2D(vector), Dense(vector), DenseRowNorm(vector),
+    return [WinogradTransform(vector), Conv2D(vector), DepthwiseConv2D(vector), Dense(vector), DenseRowNorm(vector),
             Pool(vector), RowReduction(vector), Elementwise(vector), Parallel(vector)]

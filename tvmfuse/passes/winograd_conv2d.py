@@ -1,22 +1,25 @@
 """WinogradConv2D: 3x3 stride-1 NHWC convs with constant weights computed as Winograd F(2x2, 3x3).
 
 Each 4x4 input tile ``d`` (stride 2) gives a 2x2 output tile ``A^T [(G w G^T) * (B^T d B)] A``:
-16 multiplies per output pair of rows and columns instead of 36. Written as Relax ops, so the
-pipeline's own schedules take every step:
+16 multiplies per 2x2 outputs and input channel instead of 36. Three steps, each one kernel after
+fusion:
 
-1. pad, then the 16 tile positions as strided slices stacked into ``D [16, P, C]``
-   (``P`` = batch x tiles);
-2. the input transform, one GEMM: ``V = kron(B^T, B^T) [16, 16] @ D``;
-3. the 16 products, one batched GEMM with the weights transformed here, at build time:
-   ``M = V @ U``, ``U = kron(G, G) w [16, C, K]``;
-4. the output transform, one GEMM: ``Y = kron(A^T, A^T) [4, 16] @ M``, then the 2x2 tiles back
-   into the NHWC image (cropped when H or W is odd).
+1. the input transform (a TE kernel, padding read through): ``V [16, P, C] = B^T d B`` for each
+   of the ``P`` = batch x tiles tiles;
+2. the 16 products, one batched matmul (a Relax op, so the dense schedule and MetaSchedule take
+   it, with its weights packed like any GEMM's) with the weights transformed here, at build time:
+   ``M = V @ U``, ``U = G w G^T [16, C, K]``;
+3. the output transform (a TE kernel): ``Y = A^T M A`` for each tile, written straight into the
+   NHWC image (odd heights and widths cropped); the conv's epilogue (bias, residual, ReLU) is
+   elementwise after it and fuses into it.
 
-A rule of the rules file (``winograd_conv2d``, off by default): on the 2-core Zen 4 machine the
-direct NHWC schedule already runs ResNet-50's 3x3 convs at 170-220 GFLOP/s, and Winograd's extra
-passes over memory (the stacked tiles are 4x the input) must be paid out of its 2.25x fewer
-multiplies; measure with ``tvmfuse bench`` before switching it on. The arithmetic differs from a
-direct conv by float rounding only (relative L2 error about 1e-7 in the tests).
+Both transforms are written without reductions, as sums of the tile's 16 terms with coefficients
+that are constants of the output position, so that TVM sees them as injective kernels (FuseOps
+joins the epilogue to the output transform) and a schedule can unroll them into adds.
+
+A rule of the rules file (``winograd_conv2d``): the conv's 2.25x fewer multiplies have to pay
+for a pass over ``V`` and ``M`` (4x the input and output); measure with ``tvmfuse bench``. The
+arithmetic differs from a direct conv by float rounding only (relative error about 1e-7).
 
 Preconditions: after ConvertLayout to NHWC/HWIO and FoldConstant; before the fusion patterns.
 """
@@ -25,14 +28,24 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relax
+from tvm import relax, te, tirx
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-from ._rewrite import rewrite_functions, static_shape
+from ._rewrite import static_shape
 
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], "float64")
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], "float64")
 _AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], "float64")
+
+#: Fewest tiles (batch x ceil(H/2) x ceil(W/2)) worth transforming: the batched matmul reads each
+#: transformed weight once per tile, and ``U`` is 16/9 the direct weights' size. ResNet-50's 7x7
+#: stage (16 tiles) streamed its 16 MB ``U`` from memory in 0.66 ms a conv, in place, where the
+#: direct conv takes 0.58 ms; its 14x14 stage (49 tiles) took 0.33 ms against 0.49 ms direct.
+MIN_TILES = 32
+
+#: The PrimFunc names of the two transforms (the kernels FuseTIR makes of them start with these).
+INPUT_TRANSFORM = "winograd_input_transform"
+OUTPUT_TRANSFORM = "winograd_output_transform"
 
 
 def transform_weight(weight: np.ndarray) -> np.ndarray:
@@ -46,16 +59,26 @@ class WinogradConv2D:
     """Rewrite eligible convs into Winograd F(2x2, 3x3); see the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        pattern = is_op("relax.nn.conv2d")(wildcard(), is_const())
+        rewriter = _Rewrite(mod)
+        for gvar, func in mod.functions.items():
+            if isinstance(func, relax.Function) and not func.attrs.get("Primitive", False):
+                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+        return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
 
-        def rewrite(expr: relax.Expr, _matches) -> relax.Expr:
-            x, weight = expr.args
-            shape = static_shape(x.ty.shape)
-            if shape is None or not _eligible(expr, shape):
-                return expr
-            return _winograd(x, weight.value.numpy(), shape)
 
-        return rewrite_functions(mod, pattern, rewrite)
+_CONV = is_op("relax.nn.conv2d")(wildcard(), is_const())
+
+
+@relax.expr_functor.mutator
+class _Rewrite(relax.PyExprMutator):
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if not _CONV.match(call):
+            return call
+        shape = static_shape(call.args[0].ty.shape)
+        if shape is None or not _eligible(call, shape):
+            return call
+        return _winograd(self.builder_, call.args[0], call.args[1].value.numpy(), shape)
 
 
 def _eligible(call: relax.Call, shape: list[int]) -> bool:
@@ -68,28 +91,74 @@ def _eligible(call: relax.Call, shape: list[int]) -> bool:
             and [int(d) for d in attrs.dilation] == [1, 1] and int(attrs.groups) == 1
             and tuple(weight[:2]) == (3, 3) and len(shape) == 4
             and str(call.args[0].ty.dtype) == "float32"
-            and str(attrs.out_dtype) in ("float32", ""))
+            and str(attrs.out_dtype) in ("float32", "")
+            and shape[0] * ((shape[1] + 1) // 2) * ((shape[2] + 1) // 2) >= MIN_TILES)
 
 
-def _winograd(x: relax.Expr, weight: np.ndarray, shape: list[int]) -> relax.Expr:
-    n, h, w, c = shape
-    k = weight.shape[3]
+def _winograd(builder: relax.BlockBuilder, x: relax.Expr, weight: np.ndarray,
+              shape: list[int]) -> relax.Expr:
+    v = builder.emit_te(input_transform, x, primfunc_name_hint=INPUT_TRANSFORM)
+    m = builder.emit(relax.op.matmul(v, relax.const(transform_weight(weight))))
+    return builder.call_te(output_transform, m, shape[1], shape[2],
+                           primfunc_name_hint=OUTPUT_TRANSFORM)
+
+
+def _bilinear(left: np.ndarray, i: int, right: np.ndarray, j: int, term) -> tirx.PrimExpr:
+    """``sum_ab left[i, a] right[j, b] term(a, b)`` over the nonzero coefficients, which are all
+    +-1 here: adds and subtracts, no multiplies."""
+    total = None
+    for a in range(left.shape[1]):
+        for b in range(right.shape[1]):
+            coefficient = left[i, a] * right[j, b]
+            if coefficient == 0:
+                continue
+            assert abs(coefficient) == 1
+            value = term(a, b)
+            if total is None:
+                total = value if coefficient > 0 else -value
+            else:
+                total = total + value if coefficient > 0 else total - value
+    return total
+
+
+def _select(index: tirx.PrimExpr, cases: list[tirx.PrimExpr]) -> tirx.PrimExpr:
+    """``cases[index]``: a chain of selects, which folds to one case once ``index`` is a
+    constant (an unrolled loop: see schedules/cpu/winograd.py)."""
+    value = cases[-1]
+    for case in range(len(cases) - 2, -1, -1):
+        value = tirx.Select(index == case, cases[case], value)
+    return value
+
+
+def input_transform(x: te.Tensor) -> te.Tensor:
+    """``V[4i + j, p, c] = (B^T d_p B)[i, j]``, ``d_p`` the 4x4 tile ``p`` of ``x`` padded by one
+    (tile ``(ty, tx)`` starts at row ``2 ty - 1``, column ``2 tx - 1``)."""
+    n, h, w, _ = (int(d) for d in x.shape)
     th, tw = (h + 1) // 2, (w + 1) // 2
-    tiles = n * th * tw
-    op = relax.op
-    padded = op.nn.pad(x, [0, 0, 1, 1 + 2 * th - h, 1, 1 + 2 * tw - w, 0, 0])
-    slices = [op.reshape(op.strided_slice(padded, axes=[1, 2], begin=[xi, nu],
-                                          end=[xi + 2 * th - 1, nu + 2 * tw - 1],
-                                          strides=[2, 2]), [1, tiles * c])
-              for xi in range(4) for nu in range(4)]
-    d = op.concat(slices, axis=0)  # [16, P*C]
-    v = op.reshape(op.matmul(relax.const(np.kron(_BT, _BT).astype("float32")), d),
-                   [16, tiles, c])
-    m = op.matmul(v, relax.const(transform_weight(weight)))  # [16, P, K]
-    y = op.matmul(relax.const(np.kron(_AT, _AT).astype("float32")),
-                  op.reshape(m, [16, tiles * k]))  # [4, P*K]
-    y = op.permute_dims(op.reshape(y, [2, 2, n, th, tw, k]), [2, 3, 0, 4, 1, 5])
-    y = op.reshape(y, [n, 2 * th, 2 * tw, k])
-    if 2 * th != h or 2 * tw != w:
-        y = op.strided_slice(y, axes=[1, 2], begin=[0, 0], end=[h, w])
-    return y
+
+    def element(e, p, ch):
+        batch, ty, tx = p // (th * tw), p // tw % th, p % tw
+
+        def tile(a, b):
+            row, col = 2 * ty + a - 1, 2 * tx + b - 1
+            return tirx.if_then_else(tirx.all(row >= 0, row < h, col >= 0, col < w),
+                                     x[batch, row, col, ch], tirx.const(0.0, x.dtype))
+
+        return _select(e, [_bilinear(_BT, i, _BT, j, tile) for i in range(4) for j in range(4)])
+
+    return te.compute((16, n * th * tw, int(x.shape[3])), element, name="winograd_input")
+
+
+def output_transform(m: te.Tensor, h: int, w: int) -> te.Tensor:
+    """``Y[n, y, x, k] = (A^T M_p A)[y % 2, x % 2]``, ``M_p[a, b] = M[4a + b, p, k]`` and ``p``
+    the tile of ``(n, y // 2, x // 2)``."""
+    th, tw = (h + 1) // 2, (w + 1) // 2
+    n = int(m.shape[1]) // (th * tw)
+
+    def element(batch, y, x, ch):
+        p = batch * th * tw + y // 2 * tw + x // 2
+        cases = [_bilinear(_AT, i, _AT, j, lambda a, b: m[4 * a + b, p, ch])
+                 for i in range(2) for j in range(2)]
+        return _select(y % 2 * 2 + x % 2, cases)
+
+    return te.compute((n, h, w, int(m.shape[2])), element, name="winograd_output")
