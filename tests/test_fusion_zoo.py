@@ -13,13 +13,16 @@ TARGET = api.get_target("avx512")
 
 
 @pytest.fixture(scope="module")
-def benefit():
+def benefit(tmp_path_factory):
     cache = {}
+    direct = tmp_path_factory.mktemp("rules") / "direct.toml"
+    direct.write_text("[avx512]\nwinograd_conv2d = { enabled = false }\n")
 
-    def get(name):
-        if name not in cache:
-            cache[name] = api.benefit(api.import_model(name), TARGET, api.BuildOptions())
-        return cache[name]
+    def get(name, winograd=True):
+        if (name, winograd) not in cache:
+            options = api.BuildOptions(fusion_rules=None if winograd else direct)
+            cache[name, winograd] = api.benefit(api.import_model(name), TARGET, options)
+        return cache[name, winograd]
 
     return get
 
@@ -29,7 +32,7 @@ def _ops(report):
 
 
 def test_resnet50_has_no_standalone_batch_norm_relu_add_or_layout_kernel(benefit):
-    report = benefit("resnet50")
+    report = benefit("resnet50", winograd=False)  # every conv direct: see the next test
     tvmfuse, stock = report["pipelines"]["tvmfuse"], report["pipelines"]["stock"]
     # 53 convs, the 4 downsample convs merged into their block's last conv; pool, mean, linear
     assert tvmfuse["kernels"] <= 52 < stock["kernels"]
@@ -44,6 +47,22 @@ def test_resnet50_has_no_standalone_batch_norm_relu_add_or_layout_kernel(benefit
     assert ops["relu"] == 49 and ops["add"] == 49 + 12 + 1
     assert not {"subtract", "divide", "multiply"} & set(ops)
     assert tvmfuse["bytes"] <= 0.30 * report["pipelines"]["unfused"]["bytes"]
+
+
+def test_resnet50_winograd_convs_keep_their_epilogues(benefit):
+    """By default (avx512) the 11 stride-1 3x3 convs on 56x56 to 14x14 become Winograd's input
+    transform, batched matmul and output transform; their bias and ReLU are fused into the
+    output transform. The 7x7 stage's (16 tiles) stay direct."""
+    report = benefit("resnet50")
+    tvmfuse, stock = report["pipelines"]["tvmfuse"], report["pipelines"]["stock"]
+    assert tvmfuse["kernels"] == 52 + 2 * 11 < stock["kernels"]
+    ops = _ops(report)
+    assert ops["conv2d"] == 49 - 11 and ops["winograd_output_transform"] == 11
+    transforms = [g["ops"] for g in report["groups"] if "winograd_output_transform" in g["ops"]]
+    assert transforms == [["winograd_output_transform", "add", "relu"]] * 11
+    assert ops["relu"] == 49 and ops["add"] == 49 + 12 + 1
+    # V and M (4x the conv's input and output) cost the bytes that direct convs save
+    assert tvmfuse["bytes"] < stock["bytes"]
 
 
 def test_mobilenet_v2_folds_every_batch_norm_and_relu6_into_its_conv(benefit):

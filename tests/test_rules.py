@@ -7,8 +7,10 @@ from tvmfuse.rules import RULES, load_rules
 def test_shipped_rules_cover_every_rule():
     rules = load_rules("avx512")
     assert set(rules) == set(RULES)
-    # every rule is on but Winograd, which measured slower than the direct convs (BENCHMARKS.md)
-    assert [name for name, rule in rules.items() if not rule.enabled] == ["winograd_conv2d"]
+    assert all(rule.enabled for rule in rules.values())
+    # Winograd is on where it was measured faster than the direct convs (BENCHMARKS.md)
+    assert [name for name, rule in load_rules("x86-64").items() if not rule.enabled] == [
+        "winograd_conv2d"]
     assert rules["conv_epilogue"].priority > rules["add_layer_norm"].priority
 
 

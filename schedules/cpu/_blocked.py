@@ -195,7 +195,8 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
     """Read the anchor's weights in panels of ``panel`` output columns, packed at build time.
 
     A weight ``W[k..., n]`` that the kernel's ``layout_free_buffers`` attribute names (a
-    constant: see MarkWeightsLayoutFree) and that the anchor reads at ``[reduction..., axis]`` is
+    constant: see MarkWeightsLayoutFree) and that the anchor reads at ``[reduction..., axis]``
+    (or ``[batch, reduction, axis]``, a batched matmul's: Winograd's 16 products) is
     read instead from ``P[n // panel, k..., n % panel]``, written by a block annotated for
     SplitLayoutRewritePreproc, which the build moves out of the kernel to run once on the
     constant (PrepackWeights).
@@ -209,13 +210,17 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
         return None
     weights = [func.params[int(i)] for i in free]
     block = sch.get(anchor)
-    reduction = [iv.var for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
+    spatial = [iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+    # the reduction axes, and the batch axes of a batched matmul (not the rows: those a
+    # weight is shared by)
+    shared = [iv.var for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
+    shared += spatial[:-2]
     for index, region in enumerate(block.reads):
         if not any(region.source.same_as(w) for w in weights):
             continue
         starts = [r.min for r in region.region]
         if not (starts[-1].same_as(axis) and all(
-                any(s.same_as(r) for r in reduction) for s in starts[:-1])):
+                any(s.same_as(r) for r in shared) for s in starts[:-1])):
             continue
         packing = sch.cache_read(anchor, index, "global")
         sch.annotate(packing, LAYOUT_REWRITE_PREPROC, True)

@@ -47,11 +47,11 @@ class WinogradTransform(CpuRule):
         return sch
 
     def _output(self, sch: s_tir.Schedule):
-        (block,) = inline_into_consumers(sch, root_blocks(sch))  # the epilogue's last block
-        loops = sch.get_loops(block)
-        if len(loops) != 4:
-            return None
-        batch, y, x, channel = loops
+        blocks = root_blocks(sch)
+        if not all(_elementwise(sch.get(a), sch.get(b)) for a, b in zip(blocks, blocks[1:])):
+            return None  # an epilogue that moves elements (a layout transpose to NCHW)
+        (block,) = inline_into_consumers(sch, blocks)  # the epilogue's last block
+        batch, y, x, channel = sch.get_loops(block)
         if static_extent(sch, y) % 2 or static_extent(sch, x) % 2:
             return None  # a cropped odd edge: the elementwise rule's plain loops
         ty, dy = sch.split(y, [None, 2])
@@ -64,3 +64,12 @@ class WinogradTransform(CpuRule):
         sch.unroll(dx)
         sch.vectorize(lane)
         return sch
+
+
+def _elementwise(producer, consumer) -> bool:
+    """``consumer`` reads what ``producer`` writes at the element it writes itself."""
+    (written,) = producer.writes
+    (output,) = consumer.writes
+    same = [r for r in consumer.reads if r.source.same_as(written.source)]
+    return (len(same) == 1 and len(same[0].region) == len(output.region)
+            and all(a.min.same_as(b.min) for a, b in zip(same[0].region, output.region)))

@@ -4,7 +4,9 @@ import torch
 from torch import nn
 
 from tvmfuse import api
-from tvmfuse.passes.winograd_conv2d import transform_weight
+from tvmfuse.passes.winograd_conv2d import (
+    INPUT_TRANSFORM, MIN_CHANNELS, MIN_TILES, OUTPUT_TRANSFORM, transform_weight,
+)
 from tvmfuse.verify import verify
 
 
@@ -23,9 +25,9 @@ def test_transformed_weights_give_the_direct_conv_on_one_tile():
 
 
 class Block(nn.Module):
-    def __init__(self):
+    def __init__(self, channels: int = 32):
         super().__init__()
-        self.conv1 = nn.Conv2d(16, 32, 3, padding=1)
+        self.conv1 = nn.Conv2d(channels, 32, 3, padding=1)
         self.conv2 = nn.Conv2d(32, 32, 3, padding=1)
         self.down = nn.Conv2d(32, 32, 3, stride=2, padding=1)  # strided: stays direct
 
@@ -33,17 +35,67 @@ class Block(nn.Module):
         return self.down(torch.relu(self.conv2(torch.relu(self.conv1(x)))))
 
 
-@pytest.mark.parametrize("size", [12, 7])  # even, and odd (the last tiles cropped)
-def test_the_rule_rewrites_stride_one_3x3_convs_and_matches_pytorch(size, tmp_path):
+def _analyze(size: int, tmp_path, until: str, channels: int = 32):
     rules = tmp_path / "rules.toml"
     rules.write_text("[avx512]\nwinograd_conv2d = { enabled = true }\n")
     torch.manual_seed(0)
-    model = api.import_torch(Block().eval(), [torch.randn(1, 16, size, size)])
+    model = api.import_torch(Block(channels).eval(), [torch.randn(1, channels, size, size)])
     options = api.BuildOptions(fusion_rules=rules, use_database=False)
-    mod, _ = api.analyze(model, api.get_target("avx512"), options, until="fold")
+    mod, analysis = api.analyze(model, api.get_target("avx512"), options, until=until)
+    return model, options, mod, analysis
+
+
+# 12x12 and 15x15 (odd: the last tiles cropped) have 36 and 64 tiles of 2x2 outputs
+@pytest.mark.parametrize("size", [12, 15])
+def test_the_rule_rewrites_stride_one_3x3_convs_and_matches_pytorch(size, tmp_path):
+    model, options, mod, _ = _analyze(size, tmp_path, "fold")
     script = mod.script(show_meta=False)
     assert script.count("R.nn.conv2d(") == 1  # only the strided conv is left
-    assert script.count("R.matmul(") == 2 * 3  # input, product and output GEMMs per conv
+    assert script.count(f"cls.{INPUT_TRANSFORM}") == 2
+    assert script.count("R.matmul(") == 2  # the 16 products of each conv: one batched matmul
+    assert script.count(f"cls.{OUTPUT_TRANSFORM}") == 2
+
+    _, _, _, analysis = _analyze(size, tmp_path, "schedule")
+    kernels = set(analysis.kernels)
+    # each conv's bias and ReLU are fused into its output transform (one kernel for both convs:
+    # the same shapes), and the first conv's ReLU is not computed again in the second's input
+    outputs = [k for k in analysis.kernels if k.startswith(f"fused_{OUTPUT_TRANSFORM}")]
+    assert len(outputs) == 2 and all(k.endswith("_relu") for k in outputs), outputs
+    assert sum(k.startswith(INPUT_TRANSFORM) for k in analysis.kernels) == 2
+    implementations = analysis.implementations
+    assert all(implementations[k] == "cpu.winograd_transform"
+               for k in kernels if k.startswith(INPUT_TRANSFORM))
+    assert {implementations[k] for k in outputs} == (
+        {"cpu.winograd_transform"} if size % 2 == 0 else {"cpu.elementwise"})  # odd: cropped
+
+    compiled = api.compile_model(model, api.get_target("avx512"), options)
+    (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert check.rel_err < 1e-5
+
+
+# 6x6 has 9 tiles, under MIN_TILES: the transformed weights would be read too few times; a
+# 16-channel input is under MIN_CHANNELS: the products' reduction is too short to pay
+@pytest.mark.parametrize(("size", "channels", "direct"), [(6, 32, 3), (12, 16, 2)])
+def test_convs_with_few_tiles_or_channels_stay_direct(size, channels, direct, tmp_path):
+    assert 9 < MIN_TILES and 16 < MIN_CHANNELS
+    _, _, mod, _ = _analyze(size, tmp_path, "fold", channels)
+    script = mod.script(show_meta=False)
+    assert script.count("R.nn.conv2d(") == direct
+    assert script.count(f"cls.{INPUT_TRANSFORM}") == 3 - direct
+
+
+def test_an_output_transform_before_the_nchw_transpose_is_left_to_the_elementwise_rule(tmp_path):
+    """The model's last conv: FuseOps joins the layout transpose back to NCHW to its output
+    transform, which the Winograd rule (NHWC loops) must not take."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text("[avx512]\nwinograd_conv2d = { enabled = true }\n")
+    torch.manual_seed(0)
+    module = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.ReLU()).eval()
+    model = api.import_torch(module, [torch.randn(1, 32, 12, 12)])
+    options = api.BuildOptions(fusion_rules=rules, use_database=False)
+    _, analysis = api.analyze(model, api.get_target("avx512"), options, until="schedule")
+    (output,) = [k for k in analysis.kernels if k.startswith(f"fused_{OUTPUT_TRANSFORM}")]
+    assert "transpose" in output and analysis.implementations[output] == "cpu.elementwise"
     compiled = api.compile_model(model, api.get_target("avx512"), options)
     (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
     assert check.rel_err < 1e-5

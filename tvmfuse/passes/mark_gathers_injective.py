@@ -9,7 +9,8 @@ inputs, so it can be inlined into its consumer and take its producers.
 
 A kernel is retagged when each of its blocks is spatial (no reduction) and writes one buffer at
 exactly its iteration variables (``index_tensor`` broadcasts its indices in blocks of their own
-first); anything else keeps its tag.
+first), and one of them reads at an index loaded from a buffer; anything else keeps its tag (a
+kernel tagged opaque on purpose, as WinogradConv2D's input transform, stays opaque).
 
 Preconditions: after AnnotateTIROpPattern, before FuseOps.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import tvm
 from tvm import s_tir, tirx
+from tvm.ir.expr import Expr, TensorLoad
 
 #: ``op_pattern`` values of TVM's OpPatternKind.
 INJECTIVE, OPAQUE = 2, 8
@@ -43,9 +45,30 @@ def _is_gather(func: tirx.PrimFunc) -> bool:
         children = sch.get_child_blocks(sch.get_sblock("root"))
     except Exception:  # noqa: BLE001 - no root block: not a kernel of LegalizeOps' form
         return False
-    return bool(children) and all(_writes_its_own_element(sch.get(c)) for c in children)
+    blocks = [sch.get(c) for c in children]
+    return (bool(blocks) and all(_writes_its_own_element(b) for b in blocks)
+            and any(_reads_indirectly(b.body.value) for b in blocks))
 
 
+def _reads_indirectly(expr) -> bool:
+    """``expr`` loads from a buffer at an index that is itself loaded from a buffer."""
+    return any(_loads(index) for load in _buffer_loads(expr) for index in load.indices)
+
+
+def _loads(expr) -> bool:
+    return bool(_buffer_loads(expr))
+
+
+def _buffer_loads(expr) -> list:
+    """Every buffer load in ``expr`` (0.27 has no Python visitor for TIR expressions, and its
+    loads are ``tvm.ir.expr.TensorLoad``: ``tirx.BufferLoad`` is a constructor function)."""
+    if isinstance(expr, TensorLoad):
+        return [expr, *(load for index in expr.indices for load in _buffer_loads(index))]
+    children = [getattr(expr, field, None) for field in
+                ("a", "b", "value", "condition", "true_value", "false_value")]
+    children += list(getattr(expr, "args", None) or [])
+    return [load for child in children if isinstance(child, Expr)
+            for load in _buffer_loads(child)]
 def _writes_its_own_element(block) -> bool:
     if block.init is not None or len(block.writes) != 1:
         return False

@@ -13,13 +13,18 @@ fusion:
    NHWC image (odd heights and widths cropped); the conv's epilogue (bias, residual, ReLU) is
    elementwise after it and fuses into it.
 
-Both transforms are written without reductions, as sums of the tile's 16 terms with coefficients
-that are constants of the output position, so that TVM sees them as injective kernels (FuseOps
-joins the epilogue to the output transform) and a schedule can unroll them into adds.
+Both transforms are written without reductions, as sums of +-1 terms selected by the position in
+the tile, so that a schedule can unroll them into adds (schedules/cpu/winograd.py) and the output
+transform is an injective kernel that FuseOps joins the epilogue to. The input transform is
+tagged opaque: FuseOps would otherwise inline what feeds it (another Winograd conv's output
+transform and ReLU) and compute it again for each of the 4 tiles that read a value.
 
-A rule of the rules file (``winograd_conv2d``): the conv's 2.25x fewer multiplies have to pay
-for a pass over ``V`` and ``M`` (4x the input and output); measure with ``tvmfuse bench``. The
-arithmetic differs from a direct conv by float rounding only (relative error about 1e-7).
+A rule of the rules file (``winograd_conv2d``, on for ``[avx512]`` where it was measured): the
+2.25x fewer multiplies have to pay for writing and reading ``V`` and ``M`` (4x the input and the
+output) and for weights 16/9 the size, so only convs with enough tiles and channels are rewritten
+(:data:`MIN_TILES`, :data:`MIN_CHANNELS`). On ResNet-50 (Zen 5, 2 cores) that is the 11 stride-1
+3x3 convs from 56x56 to 14x14, and the model went from 19.2 to 17.2 ms. The arithmetic differs
+from a direct conv by float rounding only (relative error about 1e-7).
 
 Preconditions: after ConvertLayout to NHWC/HWIO and FoldConstant; before the fusion patterns.
 """
@@ -32,6 +37,7 @@ from tvm import relax, te, tirx
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ._rewrite import static_shape
+from .mark_gathers_injective import OPAQUE
 
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], "float64")
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], "float64")
@@ -42,6 +48,12 @@ _AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], "float64")
 #: stage (16 tiles) streamed its 16 MB ``U`` from memory in 0.66 ms a conv, in place, where the
 #: direct conv takes 0.58 ms; its 14x14 stage (49 tiles) took 0.33 ms against 0.49 ms direct.
 MIN_TILES = 32
+
+#: Fewest input and output channels worth transforming: the matmul's reduction and columns.
+#: Conv-BN-ReLU 1x1 -> 3x3 -> 1x1 on 56x56 x C (NHWC throughout), median of 200 runs on Zen 5,
+#: direct against Winograd: C = 8 0.110 / 0.115 ms, 16 0.142 / 0.150, 32 0.239 / 0.209,
+#: 64 0.751 / 0.590; on 28x28: 16 0.076 / 0.076, 32 0.090 / 0.082, 128 0.677 / 0.461.
+MIN_CHANNELS = 32
 
 #: The PrimFunc names of the two transforms (the kernels FuseTIR makes of them start with these).
 INPUT_TRANSFORM = "winograd_input_transform"
@@ -92,12 +104,24 @@ def _eligible(call: relax.Call, shape: list[int]) -> bool:
             and tuple(weight[:2]) == (3, 3) and len(shape) == 4
             and str(call.args[0].ty.dtype) == "float32"
             and str(attrs.out_dtype) in ("float32", "")
-            and shape[0] * ((shape[1] + 1) // 2) * ((shape[2] + 1) // 2) >= MIN_TILES)
+            and _tiles(shape) >= MIN_TILES
+            and min(shape[3], int(weight[3])) >= MIN_CHANNELS)
+
+
+def _tiles(shape: list[int]) -> int:
+    """How many 2x2 output tiles an NHWC image of ``shape`` has."""
+    n, h, w, _ = shape
+    return n * ((h + 1) // 2) * ((w + 1) // 2)
 
 
 def _winograd(builder: relax.BlockBuilder, x: relax.Expr, weight: np.ndarray,
               shape: list[int]) -> relax.Expr:
-    v = builder.emit_te(input_transform, x, primfunc_name_hint=INPUT_TRANSFORM)
+    data = te.placeholder(x.ty.shape.values, x.ty.dtype, "data")  # int64, as LegalizeOps
+    transform = te.create_prim_func([data, input_transform(data)]).with_attr(
+        "op_pattern", OPAQUE)
+    v = builder.emit(relax.call_tir(builder.add_func(transform, INPUT_TRANSFORM), [x],
+                                    relax.TensorType(
+                                        [16, _tiles(shape), shape[3]], x.ty.dtype)))
     m = builder.emit(relax.op.matmul(v, relax.const(transform_weight(weight))))
     return builder.call_te(output_transform, m, shape[1], shape[2],
                            primfunc_name_hint=OUTPUT_TRANSFORM)
