@@ -67,6 +67,20 @@ def test_report_ratios_compare_with_the_best_peer_not_tvmfuse():
     assert tvmfuse.fraction_of_peak == pytest.approx(2.0)
 
 
+def test_the_cpu_peak_is_a_loop_of_vector_fmas_on_every_thread():
+    """--peak times a kernel of nothing but FMAs on the target's widest vectors (zmm on
+    AVX-512), 16 independent accumulators, one parallel iteration per thread."""
+    import numpy as np
+
+    library, (b, acc) = bench.fma_loop(api.get_target("avx512"), threads=2, steps=100)
+    assembly = library.inspect_source("asm")
+    assert "vfmadd" in assembly and "zmm" in assembly
+    assert b.shape == acc.shape == (2, 16, 16)
+    library["main"](b, acc)
+    expected = sum(1e-3 * 0.999**k for k in range(100))  # acc = acc * 0.999 + b, 100 times
+    np.testing.assert_allclose(acc.numpy(), expected, rtol=1e-5)
+
+
 def test_bench_skips_a_missing_engine_and_checks_every_output(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
     model = api.import_model("tiny-mobilenet")

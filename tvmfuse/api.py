@@ -383,7 +383,7 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
         model=model.source, target=target.name, threads=threads,
         batch=next((d for d in model.inputs[0].shape[:1] if isinstance(d, int)), None),
         dtype=dtype, flops=flops,
-        peak_gflops=bench_.measure_peak_gflops(threads, target.device) if peak else None,
+        peak_gflops=bench_.measure_peak_gflops(target, threads) if peak else None,
     )
     prepared = {}
     for name in engines:
