@@ -1,3 +1,6 @@
+"""WinogradConv2D (the ``winograd_conv2d`` rule): which convs become Winograd's three kernels, how
+they are fused and scheduled, and the numbers against PyTorch."""
+
 import numpy as np
 import pytest
 import torch
@@ -7,6 +10,7 @@ from tvmfuse import api
 from tvmfuse.passes.winograd_conv2d import (
     INPUT_TRANSFORM, MIN_CHANNELS, MIN_TILES, OUTPUT_TRANSFORM, transform_weight,
 )
+from tvmfuse.schedules.cpu._blocked import LAYOUT_REWRITE_PREPROC
 from tvmfuse.verify import verify
 
 
@@ -55,8 +59,12 @@ def test_the_rule_rewrites_stride_one_3x3_convs_and_matches_pytorch(size, tmp_pa
     assert script.count("R.matmul(") == 2  # the 16 products of each conv: one batched matmul
     assert script.count(f"cls.{OUTPUT_TRANSFORM}") == 2
 
-    _, _, _, analysis = _analyze(size, tmp_path, "schedule")
+    _, _, scheduled, analysis = _analyze(size, tmp_path, "schedule")
     kernels = set(analysis.kernels)
+    # the 16 products: a batched GEMM of the dense rule, its transformed weights packed in panels
+    products = [k for k in kernels if k.startswith("matmul")]
+    assert products and all(analysis.implementations[k] == "cpu.dense" for k in products)
+    assert all(LAYOUT_REWRITE_PREPROC in scheduled[k].script() for k in products)
     # each conv's bias and ReLU are fused into its output transform (one kernel for both convs:
     # the same shapes), and the first conv's ReLU is not computed again in the second's input
     outputs = [k for k in analysis.kernels if k.startswith(f"fused_{OUTPUT_TRANSFORM}")]
