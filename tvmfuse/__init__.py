@@ -11,9 +11,8 @@ from .errors import TvmfuseError
 
 # Before any kernel runs, for the CLI and for scripts alike: TVM's thread pool otherwise takes half
 # the cores (measured: every per-kernel profile and tuning measurement made from a script that
-# imported tvmfuse.api ran on one of this machine's two cores, at half the speed of the CLI's),
-# and pins its threads (one process in four ran ResNet-50 20% slower for its whole life).
-_env.configure_tvm_threads()
+# imported tvmfuse.api ran on one of this machine's two cores, at half the speed of the CLI's).
+_env.use_all_cores()
 
 # The hand-written schedules live in the repository's top-level schedules/ and install as
 # tvmfuse.schedules; a checkout used without installing (PYTHONPATH=the checkout, as on the GPU

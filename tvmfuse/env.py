@@ -12,24 +12,16 @@ TUNING_LOGS = Path(os.environ.get("TVMFUSE_TUNING_LOGS", _REPO_ROOT / "tuning_lo
 LOG_LEVEL = os.environ.get("TVMFUSE_LOG_LEVEL", "INFO").upper()
 
 
-def configure_tvm_threads() -> None:
-    """Give TVM's thread pool every core this process may run on and leave the threads unpinned,
-    unless TVM_NUM_THREADS / TVM_BIND_THREADS say otherwise. Must run before the first kernel
-    does: the pool reads the variables when it starts.
-
-    - TVM's default halves the core count on x86 (it assumes hyper-threading), which on this
-      2-core machine ran every kernel on one thread.
-    - TVM binds its workers, and the calling (Python) thread, to fixed cores. On this 2-core VM
-      that made one process in four slow for its whole life: the built ResNet-50, median of 40
-      runs per process, 4 of 16 processes at 20.7–21.2 ms, the others at 17.0–18.3; unpinned,
-      16 of 16 at 17.0–17.9 ms.
-    """
+def use_all_cores() -> None:
+    """Give TVM's thread pool every core this process may run on, unless TVM_NUM_THREADS says
+    otherwise. TVM's own default halves the core count on x86 (it assumes hyper-threading), which
+    on this 2-core machine ran every kernel on one thread. Must run before the first kernel does:
+    the pool reads the variable when it starts."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     os.environ.setdefault("TVM_NUM_THREADS", str(cores))
-    os.environ.setdefault("TVM_BIND_THREADS", "0")
 
 
 def short_openmp_spin() -> None:
