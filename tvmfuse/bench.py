@@ -158,7 +158,7 @@ def measure_peak_gflops(target, threads: int) -> float:
     (no TF32) PyTorch sgemms of 8192^3.
     """
     if target.device == "cuda":
-        return _sgemm_gflops("cuda", 8192)
+        return _cuda_sgemm_gflops(8192)
     return _fma_loop_gflops(target, threads)
 
 
@@ -203,10 +203,10 @@ def fma_loop(target, threads: int, chains: int = 16, steps: int = 200_000):
     return getattr(library, "mod", library), args
 
 
-def _sgemm_gflops(device: str, size: int, repeat: int = 10) -> float:
+def _cuda_sgemm_gflops(size: int, repeat: int = 10) -> float:
     import torch  # noqa: PLC0415
 
-    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+    a, b = torch.randn(size, size, device="cuda"), torch.randn(size, size, device="cuda")
     torch.mm(a, b)  # TF32 is off: tvmfuse.api.bench turns it off for CUDA runs
     torch.cuda.synchronize()
     best = math.inf

@@ -23,5 +23,6 @@ __all__ = ["Conv2D", "Dense", "DenseRowNorm", "DepthwiseConv2D", "Elementwise", 
 
 def rules(vector: Vector) -> list:
     """The CPU schedule rules for ``vector``, most specific first, the catch-all last."""
-    return [WinogradTransform(vector), Conv2D(vector), DepthwiseConv2D(vector), Dense(vector), DenseRowNorm(vector),
+    return [WinogradTransform(vector), Conv2D(vector), DepthwiseConv2D(vector), Dense(vector),
+            DenseRowNorm(vector),
             Pool(vector), RowReduction(vector), Elementwise(vector), Parallel(vector)]

@@ -19,7 +19,7 @@ from tvm import s_tir
 
 from ._tir import CpuRule, inline_into_consumers, lanes_for, root_blocks, static_extent
 
-#: The TE block names the two transforms are computed in (WinogradConv2D writes them).
+#: The block names of the two transforms (WinogradConv2D names its TE computes with these).
 INPUT, OUTPUT = "winograd_input", "winograd_output"
 
 

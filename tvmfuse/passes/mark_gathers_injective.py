@@ -52,11 +52,7 @@ def _is_gather(func: tirx.PrimFunc) -> bool:
 
 def _reads_indirectly(expr) -> bool:
     """``expr`` loads from a buffer at an index that is itself loaded from a buffer."""
-    return any(_loads(index) for load in _buffer_loads(expr) for index in load.indices)
-
-
-def _loads(expr) -> bool:
-    return bool(_buffer_loads(expr))
+    return any(_buffer_loads(index) for load in _buffer_loads(expr) for index in load.indices)
 
 
 def _buffer_loads(expr) -> list:

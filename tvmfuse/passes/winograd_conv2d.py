@@ -36,6 +36,7 @@ import tvm
 from tvm import relax, te, tirx
 from tvm.relax.dpl import is_const, is_op, wildcard
 
+from ..schedules.cpu.winograd import INPUT as INPUT_BLOCK, OUTPUT as OUTPUT_BLOCK
 from ._rewrite import static_shape
 from .mark_gathers_injective import OPAQUE
 
@@ -117,11 +118,10 @@ def _tiles(shape: list[int]) -> int:
 def _winograd(builder: relax.BlockBuilder, x: relax.Expr, weight: np.ndarray,
               shape: list[int]) -> relax.Expr:
     data = te.placeholder(x.ty.shape.values, x.ty.dtype, "data")  # int64, as LegalizeOps
-    transform = te.create_prim_func([data, input_transform(data)]).with_attr(
-        "op_pattern", OPAQUE)
+    v = input_transform(data)
+    transform = te.create_prim_func([data, v]).with_attr("op_pattern", OPAQUE)
     v = builder.emit(relax.call_tir(builder.add_func(transform, INPUT_TRANSFORM), [x],
-                                    relax.TensorType(
-                                        [16, _tiles(shape), shape[3]], x.ty.dtype)))
+                                    relax.TensorType(v.shape, v.dtype)))
     m = builder.emit(relax.op.matmul(v, relax.const(transform_weight(weight))))
     return builder.call_te(output_transform, m, shape[1], shape[2],
                            primfunc_name_hint=OUTPUT_TRANSFORM)
@@ -170,7 +170,7 @@ def input_transform(x: te.Tensor) -> te.Tensor:
 
         return _select(e, [_bilinear(_BT, i, _BT, j, tile) for i in range(4) for j in range(4)])
 
-    return te.compute((16, n * th * tw, int(x.shape[3])), element, name="winograd_input")
+    return te.compute((16, n * th * tw, int(x.shape[3])), element, name=INPUT_BLOCK)
 
 
 def output_transform(m: te.Tensor, h: int, w: int) -> te.Tensor:
@@ -185,4 +185,4 @@ def output_transform(m: te.Tensor, h: int, w: int) -> te.Tensor:
                  for i in range(2) for j in range(2)]
         return _select(y % 2 * 2 + x % 2, cases)
 
-    return te.compute((n, h, w, int(m.shape[2])), element, name="winograd_output")
+    return te.compute((n, h, w, int(m.shape[2])), element, name=OUTPUT_BLOCK)
