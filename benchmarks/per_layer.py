@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from tvmfuse import api, engines
+from tvmfuse import api
+from tvmfuse.bench import engines
+from tvmfuse.bench.engines.ort import export_onnx
 
 
 def main() -> None:
@@ -99,7 +101,7 @@ def _onnxruntime_nodes(model, threads: int, runs: int) -> list[dict]:
     """Median time per run of each ONNX Runtime node (ms), slowest first."""
     with tempfile.TemporaryDirectory(prefix="per-layer-") as folder:
         # exported as `tvmfuse bench` exports it for its onnxruntime engine
-        path = engines.export_onnx(engines.BenchContext(
+        path = export_onnx(engines.BenchContext(
             model=model, target=api.get_target("avx512"), inputs=model.example_inputs,
             threads=threads, build_options=None, torch_module=model.torch_module,
             onnx_path=None))

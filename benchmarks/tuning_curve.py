@@ -71,7 +71,7 @@ def main() -> None:
                         seed_records[kernel["name"]].run_secs, tvm_target,
                         ms.arg_info.ArgInfo.from_prim_func(task.dispatched[0]["main"])))
                 known, start = len(database.read(Path(folder)).records), time.perf_counter()
-                search_task(task, Path(folder), db, args.trials)
+                search_task(task, Path(folder) / f"search-{i}", db, args.trials)
                 # the lines this search appended, in the order it measured them (the database
                 # API returns records sorted by time); failed builds are 1e10 s
                 records = database.read(Path(folder)).records[known:]

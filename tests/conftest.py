@@ -5,11 +5,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The user's own tuning databases (where `tvmfuse tune` writes, applied by every build over the
+# shipped ones) live in a folder of this test run: a developer's tuning must not change what the
+# tests build, nor the tests write into it. Set before tvmfuse is imported (tvmfuse.env reads it).
+os.environ["TVMFUSE_TUNING_LOGS"] = tempfile.mkdtemp(prefix="tvmfuse-test-tuning-logs-")
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import run_cli
 
-from tvmfuse import TvmfuseError, api, arm_host
+from tvmfuse import TvmfuseError, api, arm_host, env
 from tvmfuse.remote import Remote
 from tvmfuse.tuning import database
 
@@ -48,7 +48,7 @@ def test_mobilenet_v2_built_for_arm64_runs_on_the_emulated_host_and_matches_pyto
 
 @pytest.mark.arm
 def test_a_short_tuning_run_over_rpc_on_the_emulated_host(arm_rpc, tmp_path, monkeypatch):
-    monkeypatch.setattr(api.env, "TUNING_LOGS", tmp_path / "tuning_logs")
+    monkeypatch.setattr(env, "TUNING_LOGS", tmp_path / "tuning_logs")
     db_dir, plans = api.tune(api.import_model("tiny-resnet"), ARM64, api.BuildOptions(),
                              trials=2, trials_per_iter=2,
                              only=["fused_relax_nn_conv2d_relax_add_relax_nn_relu1"],
@@ -70,7 +70,7 @@ def test_keys_starting_with_qemu_are_emulators():
 
 
 def test_tuning_on_an_emulator_into_the_real_arm_database_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(api.env, "TUNING_LOGS", tmp_path)
+    monkeypatch.setattr(env, "TUNING_LOGS", tmp_path)
     real = tmp_path / ARM64.key
     with pytest.raises(TvmfuseError, match="is an emulator.*leave --db out"):
         api.tune(api.import_model("tiny-resnet"), ARM64, api.BuildOptions(database=real),

@@ -7,7 +7,9 @@ import sys
 import pytest
 
 from conftest import run_cli
-from tvmfuse import TvmfuseError, api, bench
+from tvmfuse import TvmfuseError, api
+from tvmfuse.bench import measure, peak
+from tvmfuse.bench.report import Report, Result
 
 
 class FakeClock:
@@ -20,7 +22,7 @@ class FakeClock:
 
 def test_measure_interleaves_and_computes_statistics(monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(bench.time, "perf_counter", clock)
+    monkeypatch.setattr(measure.time, "perf_counter", clock)
     order = []
     # each timed run follows an untimed one (the settle run) of the same engine
     costs = {"a": iter([0.5] + [x for t in (0.001, 0.003, 0.002, 0.010) for x in (0.2, t)]),
@@ -32,7 +34,7 @@ def test_measure_interleaves_and_computes_statistics(monkeypatch):
             clock.now += next(costs[name])
         return run
 
-    a, b = bench.measure({"a": engine("a"), "b": engine("b")}, repeat=4)
+    a, b = measure.measure({"a": engine("a"), "b": engine("b")}, repeat=4)
     # warm-up each, then interleaved rounds of a settle run and a timed run per engine
     assert order == ["a", "b"] + ["a", "a", "b", "b"] * 4
     assert a.times_ms == pytest.approx((1.0, 3.0, 2.0, 10.0))
@@ -42,23 +44,23 @@ def test_measure_interleaves_and_computes_statistics(monkeypatch):
 
 def test_measure_caps_slow_engines_but_runs_them_at_least_three_times(monkeypatch):
     clock = FakeClock()
-    monkeypatch.setattr(bench.time, "perf_counter", clock)
+    monkeypatch.setattr(measure.time, "perf_counter", clock)
 
     def engine(seconds):
         def run():
             clock.now += seconds
         return run
 
-    fast, slow = bench.measure({"fast": engine(0.01), "slow": engine(5.0)}, repeat=10,
+    fast, slow = measure.measure({"fast": engine(0.01), "slow": engine(5.0)}, repeat=10,
                                max_seconds=2.0)
     assert len(fast.times_ms) == 10
-    assert len(slow.times_ms) == bench.MIN_RUNS
+    assert len(slow.times_ms) == measure.MIN_RUNS
 
 
 def test_report_ratios_compare_with_the_best_peer_not_tvmfuse():
-    report = bench.Report("m", "avx512", 2, 1, "float32", flops=2e9, peak_gflops=100.0)
+    report = Report("m", "avx512", 2, 1, "float32", flops=2e9, peak_gflops=100.0)
     for engine, ms in (("tvmfuse", 10.0), ("torch-eager", 40.0), ("onnxruntime", 20.0)):
-        report.results.append(bench.Result(engine, ms, ms, ms, 3, 0.0, 0.0, None))
+        report.results.append(Result(engine, ms, ms, ms, 3, 0.0, 0.0, None))
     report.finish()
     ratios = {r.engine: r.ratio_to_best_peer for r in report.results}
     assert ratios == {"tvmfuse": 0.5, "torch-eager": 2.0, "onnxruntime": 1.0}
@@ -72,7 +74,7 @@ def test_the_cpu_peak_is_a_loop_of_vector_fmas_on_every_thread():
     AVX-512), 16 independent accumulators, one parallel iteration per thread."""
     import numpy as np
 
-    library, (b, acc) = bench.fma_loop(api.get_target("avx512"), threads=2, steps=100)
+    library, (b, acc) = peak.fma_loop(api.get_target("avx512"), threads=2, steps=100)
     assembly = library.inspect_source("asm")
     assert "vfmadd" in assembly and "zmm" in assembly
     assert b.shape == acc.shape == (2, 16, 16)
@@ -105,7 +107,7 @@ def test_bench_skips_a_missing_engine_and_checks_every_output(monkeypatch):
 
 
 def test_unknown_engine_is_an_error():
-    from tvmfuse.engines import check_names
+    from tvmfuse.bench.engines import check_names
 
     with pytest.raises(TvmfuseError, match="unknown engine 'tensorrt'"):
         check_names(["tvmfuse", "tensorrt"])
@@ -174,8 +176,9 @@ def test_stock_tvm_applies_the_same_tuning_database(tmp_path):
     import tvm
     from tvm import relax
 
-    from tvmfuse import pipeline, strategy, tuning
-    from tvmfuse.passes.apply_schedule_rules import SCHEDULE_ATTR
+    from tvmfuse import pipeline, strategy
+    from tvmfuse.tuning.tune import tune
+    from tvmfuse.names import SCHEDULE as SCHEDULE_ATTR
 
     model = api.import_torch(torch.nn.Linear(64, 32).eval(), [torch.randn(4, 64)])
     spec = api.get_target("avx512")
@@ -185,8 +188,8 @@ def test_stock_tvm_applies_the_same_tuning_database(tmp_path):
             relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
             relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),
         ])(model.mod)
-        tuning.tune(fused, target, tmp_path, trials=0, scheduler=strategy.scheduler(spec),
-                    progress=False)
+        tune(fused, target, tmp_path, trials=0, scheduler=strategy.scheduler(spec),
+             progress=False)
 
     def annotated(database):
         mod = pipeline.stock(target, database)(model.mod)

@@ -22,8 +22,8 @@ def test_zoo_model_builds_with_hand_written_schedules_and_matches_pytorch(name, 
 
 
 #: The committed avx512 databases, one per CPU they were recorded on (avx512-znver4, ...).
-COMMITTED = sorted(p.name.removeprefix("avx512-") for p in env.TUNING_LOGS.glob("avx512-*")
-                   if p.is_dir())
+COMMITTED = sorted(p.name.removeprefix("avx512-")
+                   for p in env.SHIPPED_TUNING_LOGS.glob("avx512-*") if p.is_dir())
 
 
 @pytest.mark.parametrize("cpu", COMMITTED)
@@ -34,7 +34,8 @@ def test_the_committed_database_covers_every_zoo_kernel(name, cpu):
     target = targets.avx512_for(cpu)
     model = api.import_model(name)
     _, analysis = api.analyze(model, target, api.BuildOptions(), until="schedule")
-    assert analysis.database == api.default_database(target) == env.TUNING_LOGS / target.key
+    assert (analysis.database == api.default_database(target)
+            == env.SHIPPED_TUNING_LOGS / target.key)
     assert analysis.untuned == []
     assert all(i == strategy.TUNED or i.startswith(strategy.DATABASE_SEED)
                or k in analysis.written_scheduled for k, i in analysis.implementations.items())
@@ -42,7 +43,8 @@ def test_the_committed_database_covers_every_zoo_kernel(name, cpu):
         assert analysis.written_scheduled == {"attention"}
 
 
-@pytest.mark.parametrize("folder", sorted(env.TUNING_LOGS.glob("avx512-*")), ids=lambda p: p.name)
+@pytest.mark.parametrize("folder", sorted(env.SHIPPED_TUNING_LOGS.glob("avx512-*")),
+                         ids=lambda p: p.name)
 def test_each_committed_database_holds_only_its_own_cpus_records(folder):
     from tvmfuse.tuning import database as tuning_db
 

@@ -3,10 +3,23 @@
 import os
 from pathlib import Path
 
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+#: The tuning databases shipped with tvmfuse, one folder per target key: the repository's
+#: ``tuning_logs/``, installed inside the package (``tvmfuse/tuning_logs`` is a link to it in a
+#: checkout). Read-only: builds apply them, nothing writes there unless named with ``--db``.
+SHIPPED_TUNING_LOGS = Path(__file__).resolve().parent / "tuning_logs"
 
-#: Root of the per-target tuning databases (``<root>/<target-key>/database_*.json``).
-TUNING_LOGS = Path(os.environ.get("TVMFUSE_TUNING_LOGS", _REPO_ROOT / "tuning_logs"))
+
+def _cache_home() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+#: Root of the user's tuning databases (``<root>/<target-key>/database_*.json``), where
+#: ``tvmfuse tune`` writes by default: ``TVMFUSE_TUNING_LOGS``, else the platform's cache folder.
+TUNING_LOGS = Path(os.environ.get("TVMFUSE_TUNING_LOGS")
+                   or _cache_home() / "tvmfuse" / "tuning_logs")
+
+#: Seconds to wait for an RPC tracker to accept a connection before saying it is not there.
+RPC_CONNECT_TIMEOUT_S = float(os.environ.get("TVMFUSE_RPC_CONNECT_TIMEOUT", "5"))
 
 #: Log level of the CLI (DEBUG, INFO, WARNING, ...).
 LOG_LEVEL = os.environ.get("TVMFUSE_LOG_LEVEL", "INFO").upper()

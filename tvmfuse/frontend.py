@@ -12,7 +12,6 @@ import importlib
 import importlib.util
 import inspect
 import logging
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from . import zoo
-from .errors import TvmfuseError
+from .errors import TvmfuseError, one_line
 from .specs import DYNAMIC_DIMS, SEED, TensorSpec, format_shape, parse_shape, random_inputs
 
 log = logging.getLogger(__name__)
@@ -121,8 +120,15 @@ def _call_factory(source: str):
         factory = getattr(pymod, attr)
     except (ImportError, AttributeError) as err:
         raise TvmfuseError(f"cannot load model factory {source!r}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - the user's module: a SyntaxError, whatever it raises
+        raise TvmfuseError(f"cannot load model factory {source!r}: {type(err).__name__}: "
+                           f"{one_line(err)}") from None
     torch.manual_seed(SEED)
-    made = factory()
+    try:
+        made = factory()
+    except Exception as err:  # noqa: BLE001 - the user's code
+        raise TvmfuseError(f"model factory {source!r} raised {type(err).__name__}: "
+                           f"{one_line(err)}") from None
     module, examples = made if isinstance(made, tuple) else (made, None)
     if not isinstance(module, torch.nn.Module):
         raise TvmfuseError(
@@ -182,7 +188,7 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> Importe
             program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
     except Exception as err:  # noqa: BLE001 - torch raises many types; the user needs one line
         shapes = ", ".join(f"{s.name}{format_shape(s.shape)}:{s.dtype}" for s in specs)
-        raise TvmfuseError(f"{source} cannot run on inputs {shapes}: {_first_line(err)}") from None
+        raise TvmfuseError(f"{source} cannot run on inputs {shapes}: {one_line(err)}") from None
 
     def reference(*arrays):
         with torch.no_grad():
@@ -199,9 +205,10 @@ def _import_pt2(path: Path, overrides, dynamic, batch) -> ImportedModel:
             f"{path} fixed its dynamic dimensions when it was exported; drop --dynamic"
         )
     try:
-        program = torch.export.load(str(path))
+        with _quiet_torch():
+            program = torch.export.load(str(path))
     except Exception as err:  # noqa: BLE001
-        raise TvmfuseError(f"cannot load exported program {path}: {_first_line(err)}") from None
+        raise TvmfuseError(f"cannot load exported program {path}: {one_line(err)}") from None
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     specs = []
     for name in program.graph_signature.user_inputs:
@@ -232,7 +239,7 @@ def _from_exported(source, kind, program, specs, examples, reference, module) ->
     try:
         mod = from_exported_program(program)
     except Exception as err:  # noqa: BLE001 - an unsupported op surfaces as many error types
-        raise TvmfuseError(f"TVM cannot import {source}: {_first_line(err)}") from None
+        raise TvmfuseError(f"TVM cannot import {source}: {one_line(err)}") from None
     return ImportedModel(
         source, kind, mod, tuple(specs), _output_specs(mod, specs), examples, reference, "pytorch",
         module,
@@ -267,7 +274,7 @@ def _import_onnx(path: Path, overrides, dynamic, batch) -> ImportedModel:
     try:
         model = onnx.load(str(path))
     except Exception as err:  # noqa: BLE001 - protobuf's decode errors
-        raise TvmfuseError(f"cannot read ONNX file {path}: {_first_line(err)}") from None
+        raise TvmfuseError(f"cannot read ONNX file {path}: {one_line(err)}") from None
     initializers = {i.name for i in model.graph.initializer}
     specs = []
     for value in model.graph.input:
@@ -299,7 +306,7 @@ def _import_onnx(path: Path, overrides, dynamic, batch) -> ImportedModel:
             dtype_dict={s.name: s.dtype for s in specs},
         )
     except Exception as err:  # noqa: BLE001
-        raise TvmfuseError(f"TVM cannot import {path}: {_first_line(err)}") from None
+        raise TvmfuseError(f"TVM cannot import {path}: {one_line(err)}") from None
     reference = _onnxruntime_reference(path)
     return ImportedModel(
         str(path), "onnx", mod, specs,
@@ -362,10 +369,3 @@ def _quiet_torch():
         yield
     finally:
         logger.setLevel(level)
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    # TVM prefixes an op's type-check error with the op's whole repr; keep its name only.
-    text = re.sub(r'ir\.Op\(.*?name="([^"]+)".*?support_level=\d+\)', r"\1", text, flags=re.S)
-    return text.splitlines()[0][:300]

@@ -11,11 +11,9 @@ from pathlib import Path
 
 import tvm
 from tvm import relax
-from tvm.relax.backend.cpu_generic import pipeline as cpu_backend
-from tvm.relax.backend.cuda import pipeline as cuda_backend
 
 from . import strategy
-from .errors import TvmfuseError
+from .errors import CompileError, TvmfuseError, one_line
 from .passes import (
     DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldLayoutGlue, FoldMatmulReshape,
     FuseAttention, MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul,
@@ -23,7 +21,7 @@ from .passes import (
 )
 from .patterns import fusion_patterns
 from .rules import Rule
-from .targets import TargetSpec
+from .targets import TargetSpec, relax_backend
 from .verify import TOLERANCE
 
 
@@ -51,18 +49,52 @@ class PipelineOptions:
 PRECISIONS = ("float32", "float16")
 
 
+#: The phases in the order they run, each with its number: IR dumps are ``NN_<phase>.py``
+#: (``00_import.py`` is the imported module), and the comments in :func:`phases` number them so.
+PHASES = ("fold", "canonicalize", "fuse_patterns", "legalize", "fuse_ops", "verify_fusion",
+          "fuse_tir", "apply_database", "schedule", "prepack", "lower")
+#: The first phase that works on kernels (PrimFuncs) rather than on the graph: from here on the
+#: phases are what building one fused group needs (VerifyFusion).
+FIRST_KERNEL_PHASE = "fuse_tir"
+#: The first phase that reads the tuning database.
+FIRST_DATABASE_PHASE = "apply_database"
+
+
 @dataclass(frozen=True)
 class Phase:
     name: str
     transform: tvm.transform.Pass
+
+    @property
+    def number(self) -> int:
+        return PHASES.index(self.name) + 1
+
+    @property
+    def on_kernels(self) -> bool:
+        """Whether it works on the kernels (after FuseTIR) rather than on the graph."""
+        return self.number >= PHASES.index(FIRST_KERNEL_PHASE) + 1
+
+
+def dump_name(phase: str) -> str:
+    """The IR dump file of ``phase`` (``"import"`` for the imported module)."""
+    number = 0 if phase == "import" else PHASES.index(phase) + 1
+    return f"{number:02d}_{phase}.py"
+
+
+def uses_database(until: str | None) -> bool:
+    """Whether a run that stops after phase ``until`` (None: the whole pipeline) reads the
+    tuning database."""
+    return until is None or PHASES.index(until) >= PHASES.index(FIRST_DATABASE_PHASE)
 
 
 def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
     """The pipeline's phases for ``target``, in the order they run."""
     tvm_target = target.tvm_target()
     rules = options.rules
-    prepack = rules["prepack_weights"].enabled and target.vector is not None
-    return [
+    family = strategy.for_target(target)
+    prepack = family.prepacks_weights(rules)
+    backend = target.relax_backend()
+    listed = [
         # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers,
         #    parallel matmuls on one input into one GEMM, attention into one kernel; the
         #    precision (after the folds, whose patterns a cast would hide); then the strategy's
@@ -74,15 +106,14 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,
                 MergeParallelMatmul(rules["horizontal_matmul"].max_group_size)),
-            _attention(target, rules["fused_attention"].enabled),
+            _attention(family, rules["fused_attention"].enabled),
             # ToMixedPrecision cannot type clip's scalar bounds (ReLU6): decomposed first; the
             # casts of constants it leaves (the bounds) are evaluated after it.
             _if(options.dtype == "float16", tvm.transform.Sequential([
                 DecomposeClip(), relax.transform.ToMixedPrecision(out_dtype="float16"),
                 FoldConstantCasts(),
             ])),
-            *strategy.layout_passes(target, rules["conv_layout_nhwc"].enabled,
-                                    rules["winograd_conv2d"].enabled),
+            *family.layout_passes(rules),
             _if(rules["horizontal_conv"].enabled, MergeSummedConv()),
             _if(rules["fold_layout_glue"].enabled, FoldLayoutGlue()),
         ])),
@@ -98,8 +129,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         )),
         # 4. Legalize: every Relax op becomes a TIR PrimFunc; constant subgraphs are folded.
         Phase("legalize", tvm.transform.Sequential([
-            relax.transform.LegalizeOps(strategy.legalize_overrides(
-                target, rules["fast_erf"].enabled)),
+            relax.transform.LegalizeOps(family.legalize_overrides(rules)),
             relax.transform.AnnotateTIROpPattern(),
             MarkGathersInjective(),  # embedding lookups and mask gathers join their neighbours
             relax.transform.FoldConstant(),
@@ -111,29 +141,32 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         Phase("verify_fusion", _if(options.verify_fusion, VerifyFusion(
             _group_builder(target, options), _device_here(target), TOLERANCE,
         ))),
-        # 7. Each group becomes one PrimFunc; on CPUs the constants it reads (weights) are marked
-        #    layout-free, for schedules (ours and MetaSchedule's) to choose their layout.
+        # 7. Each group becomes one PrimFunc; where the strategy packs weights, the constants it
+        #    reads (weights) are marked layout-free, for schedules (ours and MetaSchedule's) to
+        #    choose their layout.
         Phase("fuse_tir", tvm.transform.Sequential([
             relax.transform.FuseTIR(),
             _if(prepack, MarkWeightsLayoutFree()),
         ])),
-        # 8. Schedules: tuned records first, then the hand-written rules from schedules/, then
-        #    TVM's defaults for what is left (see strategy.py); the weight layouts they chose are
-        #    computed at build time.
+        # 8. Tuned records first (the database), then
         Phase("apply_database", tvm.transform.Sequential(_apply_database(options.database))),
-        Phase("schedule", strategy.scheduler(target)),
+        # 9. the hand-written rules from schedules/, then TVM's defaults for what is left (see
+        #    tvmfuse.strategy);
+        Phase("schedule", family.scheduler()),
+        # 10. the weight layouts the schedules chose, computed at build time.
         Phase("prepack", _if(prepack, PrepackWeights())),
-        # 9. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
+        # 11. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
         Phase("lower", tvm.transform.Sequential(
-            _backend(tvm_target).dataflow_lower_passes(tvm_target)
-            + _backend(tvm_target).finalize_passes(tvm_target)
+            backend.dataflow_lower_passes(tvm_target) + backend.finalize_passes(tvm_target)
         )),
     ]
+    assert tuple(p.name for p in listed) == PHASES
+    return listed
 
 
-def _attention(target: TargetSpec, enabled: bool) -> tvm.transform.Pass:
+def _attention(family: strategy.Strategy, enabled: bool) -> tvm.transform.Pass:
     """Attention chains as one kernel each, where the target has the kernel."""
-    kernel = strategy.attention_kernel(target)
+    kernel = family.attention_kernel()
     return FuseAttention(kernel) if enabled and kernel is not None else tvm.transform.Sequential([])
 
 
@@ -141,7 +174,7 @@ def _group_builder(target: TargetSpec, options: PipelineOptions):
     """Build a module holding one fused group the way the pipeline builds a model."""
     def build(mod: tvm.IRModule):
         for phase in phases(target, replace(options, verify_fusion=False)):
-            if phase.name in ("fuse_tir", "apply_database", "schedule", "prepack", "lower"):
+            if phase.on_kernels:
                 mod = phase.transform(mod)
         return tvm.compile(mod, target=target.tvm_target(), relax_pipeline=None)
 
@@ -149,24 +182,17 @@ def _group_builder(target: TargetSpec, options: PipelineOptions):
 
 
 def _device_here(target: TargetSpec):
-    if target.why_not_runnable() is not None:
-        return None
-    return tvm.cuda(0) if target.device == "cuda" else tvm.cpu(0)
+    return None if target.why_not_runnable() is not None else target.device_here()
 
 
 def _if(condition: bool, transform: tvm.transform.Pass) -> tvm.transform.Pass:
     return transform if condition else tvm.transform.Sequential([])
 
 
-def _backend(target: tvm.target.Target):
-    # The backend modules themselves: 0.27's relax.pipeline dispatcher misses cpu_generic's.
-    return cuda_backend if target.kind.name == "cuda" else cpu_backend
-
-
 def stock(target: tvm.target.Target, database: Path | None) -> tvm.transform.Pass:
     """TVM's own default pipeline for ``target`` (what `tvm.compile` runs), with ``database``
     applied right after its FuseTIR when given: the "stock TVM" baseline of `tvmfuse bench`."""
-    backend = _backend(target)
+    backend = relax_backend(target.kind.name)
 
     @tvm.transform.module_pass(opt_level=0, name="StockTVM")
     def stock_pipeline(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -197,9 +223,25 @@ def run(mod: tvm.IRModule, target: TargetSpec, options: PipelineOptions, *, unti
     config = {"relax.FuseOps.max_depth": options.rules["elementwise"].max_group_size}
     with target.tvm_target(), tvm.transform.PassContext(opt_level=3, config=config):
         for phase in phases(target, options):
-            mod = phase.transform(mod)
+            try:
+                mod = phase.transform(mod)
+            except TvmfuseError:
+                raise
+            except Exception as err:  # noqa: BLE001 - TVM raises builtin types from C++
+                raise CompileError(f"phase {phase.number} ({phase.name}) failed: "
+                                   f"{one_line(err)}{_hint(phase.name)}") from err
             if on_phase is not None:
                 on_phase(phase.name, mod)
             if phase.name == until:
                 break
     return mod
+
+
+def _hint(phase: str) -> str:
+    """What a user can try when ``phase`` fails."""
+    if phase in ("fuse_patterns", "fuse_ops", "fuse_tir"):
+        return "; try --fusion-rules with the rule of that group disabled, or --verify-fusion"
+    if phase in ("legalize", "lower"):
+        return ("; an op may have no lowering in TVM (-v shows the IR and the whole error); "
+                "simplify the model there or report it")
+    return "; -v shows the whole error"

@@ -6,10 +6,12 @@ cross-links shared libraries on this machine (a remote board may have no compile
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from dataclasses import dataclass
 
-from .errors import TvmfuseError
+from . import env
+from .errors import TvmfuseError, one_line
 
 #: How long one RPC session may last (a measurement, or one candidate's runs).
 SESSION_TIMEOUT_S = 120
@@ -46,10 +48,27 @@ class Remote:
         return ms.runner.RPCConfig(tracker_host=self.host, tracker_port=self.port,
                                    tracker_key=self.key, session_timeout_sec=SESSION_TIMEOUT_S)
 
+    def check_reachable(self) -> None:
+        """A TvmfuseError within ``TVMFUSE_RPC_CONNECT_TIMEOUT`` seconds when nothing listens at
+        the tracker's address (TVM's own connect retries for about a minute)."""
+        try:
+            socket.create_connection((self.host, self.port), timeout=env.RPC_CONNECT_TIMEOUT_S
+                                     ).close()
+        except OSError as err:
+            raise TvmfuseError(
+                f"no RPC tracker at {self.host}:{self.port} ({err.strerror or err} within "
+                f"{env.RPC_CONNECT_TIMEOUT_S:g} s); {self._how_to_start()}") from None
+
+    def _how_to_start(self) -> str:
+        return (f"start `python -m tvm.exec.rpc_tracker --port {self.port}` and on the device "
+                f"`python -m tvm.exec.rpc_server --tracker {self.host}:{self.port} --key "
+                f"{self.key}`")
+
     def session(self):
         """A session with a device of this key, or a TvmfuseError saying what to start."""
-        from tvm import rpc  # noqa: PLC0415
+        from tvm import rpc  # noqa: PLC0415 - `tvmfuse run` stays light until it connects
 
+        self.check_reachable()
         try:
             tracker = rpc.connect_tracker(self.host, self.port)
             # a request for a key no server registered would wait forever
@@ -59,9 +78,7 @@ class Remote:
         except Exception as err:  # noqa: BLE001 - socket and RPC errors alike: one line
             raise TvmfuseError(
                 f"no RPC device {self.key!r} at tracker {self.host}:{self.port} "
-                f"({str(err).strip().splitlines()[-1][:120]}); start `python -m "
-                f"tvm.exec.rpc_tracker --port {self.port}` and on the device `python -m "
-                f"tvm.exec.rpc_server --tracker {self.host}:{self.port} --key {self.key}`"
+                f"({one_line(err, 120)}); {self._how_to_start()}"
             ) from None
 
 

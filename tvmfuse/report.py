@@ -8,6 +8,9 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
+from . import names
+from .targets import relax_backend
+
 
 @dataclass(frozen=True)
 class FusionGroup:
@@ -37,11 +40,6 @@ def kernel_calls(mod: tvm.IRModule) -> list[str]:
     return calls
 
 
-#: Attributes of a kernel a tvmfuse pass wrote in place of several ops: the rule and those ops.
-FUSION_ATTR = "tvmfuse.fusion"
-OPS_ATTR = "tvmfuse.ops"
-
-
 def fusion_groups(mod: tvm.IRModule) -> list[FusionGroup]:
     """The groups of a module after FuseOps: each primitive function called by ``main``
     that holds more than one op, and each kernel a tvmfuse pass wrote for several ops."""
@@ -51,10 +49,10 @@ def fusion_groups(mod: tvm.IRModule) -> list[FusionGroup]:
             value = binding.value
             if _is_op(value, "relax.call_tir"):
                 kernel = mod[value.args[0]]  # a kernel a tvmfuse pass wrote (fused attention)
-                if FUSION_ATTR in (kernel.attrs or {}):
-                    ops = tuple(str(op) for op in kernel.attrs[OPS_ATTR])
+                if names.FUSION in (kernel.attrs or {}):
+                    ops = tuple(str(op) for op in kernel.attrs[names.FUSION_OPS])
                     groups.append(FusionGroup(value.args[0].name_hint,
-                                              str(kernel.attrs[FUSION_ATTR]), ops,
+                                              str(kernel.attrs[names.FUSION]), ops,
                                               *_shapes(value.args[1].fields, value)))
                 continue
             if not (isinstance(value, relax.Call) and isinstance(value.op, relax.GlobalVar)):
@@ -64,7 +62,7 @@ def fusion_groups(mod: tvm.IRModule) -> list[FusionGroup]:
                 continue
             ops = tuple(_op_names(func))
             if len(ops) > 1:
-                rule = str(func.attrs.get("Composite", "elementwise"))
+                rule = str(func.attrs.get(names.COMPOSITE, names.ELEMENTWISE))
                 groups.append(FusionGroup(value.op.name_hint, rule, ops,
                                           *_shapes(value.args, value)))
     return groups
@@ -150,10 +148,7 @@ def unfused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
 def stock_fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """What TVM's own fusion makes of the imported module: its backend's legalize passes
     (LegalizeOps, FoldConstant, FuseOps, FuseTIR)."""
-    from tvm.relax.backend.cpu_generic import pipeline as cpu_backend  # noqa: PLC0415
-    from tvm.relax.backend.cuda import pipeline as cuda_backend  # noqa: PLC0415
-
-    backend = cuda_backend if target.kind.name == "cuda" else cpu_backend
+    backend = relax_backend(target.kind.name)
     with target:
         return tvm.transform.Sequential(backend.legalize_passes(target))(mod)
 
@@ -161,10 +156,8 @@ def stock_fused(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
 def stock_kernel_calls(mod: tvm.IRModule, target: tvm.target.Target) -> list[str]:
     """The kernels stock ``tvm.compile`` launches for ``mod``: on CPU it legalizes and fuses
     nothing (see relax/vm_build.py); on CUDA it runs the backend's FuseOps and dlight."""
-    from tvm.relax.backend.cuda import pipeline as cuda_backend  # noqa: PLC0415
-
     if target.kind.name == "cuda":
-        passes = tvm.transform.Sequential(cuda_backend.legalize_passes(target))
+        passes = tvm.transform.Sequential(relax_backend("cuda").legalize_passes(target))
     else:
         passes = relax.transform.LegalizeOps()
     with target:

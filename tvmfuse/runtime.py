@@ -5,14 +5,17 @@ This is the deployment path (`tvmfuse run`); keep its imports to numpy, tvm and 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from .errors import TvmfuseError
+from .errors import TvmfuseError, one_line
 from .specs import TensorSpec
+from .targets import get_target
 
 LIBRARY = "model.so"
 MANIFEST = "manifest.json"
@@ -50,9 +53,14 @@ class Deployed:
         path = self.path / CHECK
         if not path.is_file():
             return None
-        with np.load(path) as saved:
-            return ([saved[f"input:{s.name}"] for s in self.inputs],
-                    [saved[f"output:{s.name}"] for s in self.outputs])
+        _check_file(self.path, self.manifest, CHECK)
+        try:
+            with np.load(path, allow_pickle=False) as saved:
+                return ([saved[f"input:{s.name}"] for s in self.inputs],
+                        [saved[f"output:{s.name}"] for s in self.outputs])
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+            raise TvmfuseError(f"{path} is damaged ({type(err).__name__}: "
+                               f"{str(err)[:120]}); rebuild the model") from None
 
     def check_inputs(self, arrays: list[np.ndarray]) -> None:
         if len(arrays) != len(self.inputs):
@@ -100,12 +108,16 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
         raise TvmfuseError(f"{path} is not a tvmfuse build: it has no {MANIFEST}")
     try:
         manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as err:
-        raise TvmfuseError(f"{manifest_path} is not valid JSON ({err}); rebuild the model") from None
-    from .targets import get_target  # noqa: PLC0415
-
-    target = get_target(manifest["target"]["name"])
-    library = path / manifest["library"]
+        target = get_target(manifest["target"]["name"])
+        library = path / manifest["library"]
+        inputs = tuple(TensorSpec.from_json(s) for s in manifest["inputs"])
+        outputs = tuple(TensorSpec.from_json(s) for s in manifest["outputs"])
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise TvmfuseError(f"{manifest_path} is damaged ({type(err).__name__}: {err}); rebuild "
+                           f"the model") from None
+    if not library.is_file():
+        raise TvmfuseError(f"{path} has no {library.name}; rebuild the model")
+    _check_file(path, manifest, library.name)
     import tvm  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
 
@@ -114,24 +126,44 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
         if reason:
             raise TvmfuseError(f"this build cannot run here: {reason}; run it on its device "
                                f"with --rpc HOST:PORT:KEY")
-        device = tvm.cuda(0) if target.device == "cuda" else tvm.cpu(0)
-        module = tvm.runtime.load_module(str(library))
+        device = target.device_here()
+        try:
+            module = tvm.runtime.load_module(str(library))
+        except Exception as err:  # noqa: BLE001 - the loader raises TVM's and OS errors alike
+            raise TvmfuseError(f"cannot load {library}: {one_line(err)}; rebuild the model") \
+                from None
     else:
         from .remote import Remote  # noqa: PLC0415
 
         session = Remote.parse(rpc).session()
         session.upload(str(library))
         module = session.load_module(library.name)
-        device = session.cuda(0) if target.device == "cuda" else session.cpu(0)
-    return Deployed(
-        path,
-        manifest,
-        tuple(TensorSpec.from_json(s) for s in manifest["inputs"]),
-        tuple(TensorSpec.from_json(s) for s in manifest["outputs"]),
-        relax.VirtualMachine(module, device),
-        device,
-        rpc,
-    )
+        device = target.device_of(session)
+    return Deployed(path, manifest, inputs, outputs, relax.VirtualMachine(module, device),
+                    device, rpc)
+
+
+def file_digest(path: Path) -> dict:
+    """Size and SHA-256 of a build file, as the manifest records them."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def _check_file(folder: Path, manifest: dict, name: str) -> None:
+    """A TvmfuseError when ``name`` is not the file the build wrote (truncated, overwritten):
+    mapping a truncated library would kill the process with SIGBUS, not raise. Builds from
+    before the manifest recorded digests are not checked."""
+    expected = manifest.get("files", {}).get(name)
+    if expected is None:
+        return
+    found = file_digest(folder / name)
+    if found != expected:
+        what = ("truncated" if found["bytes"] < expected["bytes"] else "changed")
+        raise TvmfuseError(f"{folder / name} is {what} since it was built ({found['bytes']} "
+                           f"bytes, {expected['bytes']} written); rebuild the model")
 
 
 def to_numpy(result) -> list[np.ndarray]:

@@ -92,18 +92,45 @@ class TargetSpec:
 
         executable.export_library(path, fcompile=cc.cross_compiler(self.cross_cc))
 
+    @property
+    def is_gpu(self) -> bool:
+        return self.device == "cuda"
+
+    def device_here(self):
+        """The TVM device a library for this target runs on in this process."""
+        import tvm  # noqa: PLC0415
+
+        return tvm.device(self.device, 0)
+
+    def device_of(self, session):
+        """The device a library for this target runs on in an RPC ``session``."""
+        return session.device(self.device, 0)
+
+    def relax_backend(self):
+        """TVM's Relax pipeline module for this target (see :func:`relax_backend`)."""
+        return relax_backend(self.config["kind"])
+
     def why_not_runnable(self) -> str | None:
         """Why a library for this target cannot run on this machine, or None when it can."""
-        if self.device == "cuda":
-            import tvm  # noqa: PLC0415
-
-            return None if tvm.cuda(0).exist else "this machine has no CUDA GPU"
+        if self.is_gpu:
+            return None if self.device_here().exist else "this machine has no CUDA GPU"
         if self.arch != platform.machine():
             return f"it is built for {self.arch} and this machine is {platform.machine()}"
         missing = [f for f in self.cpu_flags if f not in _host_cpu_flags()]
         if missing:
             return f"this CPU lacks {', '.join(missing)}"
         return None
+
+
+def relax_backend(kind: str):
+    """TVM's per-target Relax pipeline module for a target of ``kind`` ("llvm", "cuda"):
+    ``relax/backend/<family>/pipeline.py``, with its legalize, lowering and finalize passes.
+    0.27's ``relax.pipeline`` dispatcher misses cpu_generic's, so tvmfuse picks the module."""
+    if kind == "cuda":
+        from tvm.relax.backend.cuda import pipeline  # noqa: PLC0415 - keep `import tvmfuse` light
+    else:
+        from tvm.relax.backend.cpu_generic import pipeline  # noqa: PLC0415
+    return pipeline
 
 
 @functools.cache
@@ -216,12 +243,14 @@ def target_names() -> list[str]:
     return list(_TARGETS)
 
 
+def check_name(name: str) -> str:
+    """``name`` when it names a target, else a TvmfuseError listing the known names. Cheap (no
+    TVM import): the CLI checks its arguments with it before loading anything heavy."""
+    if name not in _TARGETS:
+        raise TvmfuseError(f"unknown target {name!r}; choose one of: {', '.join(_TARGETS)}")
+    return name
+
+
 def get_target(name: str) -> TargetSpec:
     """The named target, or a TvmfuseError listing the known names."""
-    try:
-        make = _TARGETS[name]
-    except KeyError:
-        raise TvmfuseError(
-            f"unknown target {name!r}; choose one of: {', '.join(_TARGETS)}"
-        ) from None
-    return make()
+    return _TARGETS[check_name(name)]()

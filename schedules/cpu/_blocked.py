@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 
+from tvmfuse.names import LAYOUT_FREE_BUFFERS, LAYOUT_REWRITE_PREPROC
+
 from ._tir import (
     Vector, inline_into_consumers, is_reduction, lanes_for, loops_match_iters, parallelize,
     root_blocks, static_extent,
@@ -186,11 +188,6 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     return parallel
 
 
-#: The block annotation that marks a weight-packing block for Relax's SplitLayoutRewritePreproc
-#: (MetaSchedule's RewriteLayout writes the same).
-LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
-
-
 def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
     """Read the anchor's weights in panels of ``panel`` output columns, packed at build time.
 
@@ -205,7 +202,7 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
     Returns the packing block, or None when no weight qualifies.
     """
     func = sch.mod["main"]
-    free = func.attrs.get("layout_free_buffers") if func.attrs is not None else None
+    free = func.attrs.get(LAYOUT_FREE_BUFFERS) if func.attrs is not None else None
     if not free:
         return None
     weights = [func.params[int(i)] for i in free]

@@ -39,6 +39,7 @@ from tvm.script import tirx as T
 from tvmfuse.passes.fuse_attention import AttentionShape
 
 from ._tir import lanes_for
+from tvmfuse.names import IS_SCHEDULED, SCHEDULE
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cpu.attention"
@@ -107,7 +108,7 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
     def attention(q: T.Buffer((B, S, CQ), dtype), k: T.Buffer((B, S, CK), dtype),
                   v: T.Buffer((B, S, CV), dtype), mask: T.Buffer((MB, MH, MQ, MK), dtype),
                   out: T.Buffer((B, S, H * D), dtype)):
-        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True, "tvmfuse.schedule": NAME})
+        T.func_attr({"tirx.noalias": True, IS_SCHEDULED: True, SCHEDULE: NAME})
         for task in T.parallel(B * H * NQ):
             if True:  # a scope for the task's buffers
                 b = task // (H * NQ)

@@ -18,9 +18,9 @@ from __future__ import annotations
 from tvm import s_tir
 
 from ._tir import CpuRule, inline_into_consumers, lanes_for, root_blocks, static_extent
+from tvmfuse.names import WINOGRAD_INPUT, WINOGRAD_OUTPUT
 
 #: The block names of the two transforms (WinogradConv2D names its TE computes with these).
-INPUT, OUTPUT = "winograd_input", "winograd_output"
 
 
 class WinogradTransform(CpuRule):
@@ -29,9 +29,9 @@ class WinogradTransform(CpuRule):
     def apply(self, func, target, tunable):
         sch = s_tir.Schedule(func)
         names = [sch.get(b).name_hint for b in root_blocks(sch)]
-        if names == [INPUT]:
+        if names == [WINOGRAD_INPUT]:
             return self._input(sch)
-        if names and names[0] == OUTPUT:
+        if names and names[0] == WINOGRAD_OUTPUT:
             return self._output(sch)
         return None
 

@@ -24,6 +24,8 @@ from tvm.script import tirx as T
 
 from tvmfuse.passes.fuse_attention import AttentionShape
 
+from tvmfuse.names import IS_SCHEDULED, SCHEDULE
+
 #: The name a kernel of this file reports as its implementation.
 NAME = "cuda.attention"
 #: The warp width: keys per tile, and lanes per query row.
@@ -49,7 +51,7 @@ def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc:
     def attention(q: T.Buffer((B, S, CQ), dtype), k: T.Buffer((B, S, CK), dtype),
                   v: T.Buffer((B, S, CV), dtype), mask: T.Buffer((MB, MH, MQ, MK), dtype),
                   out: T.Buffer((B, S, H * D), dtype)):
-        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True, "tvmfuse.schedule": NAME})
+        T.func_attr({"tirx.noalias": True, IS_SCHEDULED: True, SCHEDULE: NAME})
         for block in T.thread_binding(B * H * NQ, thread="blockIdx.x"):
             for w in T.thread_binding(ROWS, thread="threadIdx.y"):
                 for lane in T.thread_binding(WARP, thread="threadIdx.x"):

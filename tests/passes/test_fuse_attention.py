@@ -6,7 +6,7 @@ from torch import nn
 
 from tvmfuse import api, pipeline, rules
 from tvmfuse.passes import FuseAttention
-from tvmfuse.report import FUSION_ATTR
+from tvmfuse.names import FUSION as FUSION_ATTR
 from tvmfuse.passes.fuse_attention import AttentionShape
 from tvmfuse.schedules.cpu.attention import attention_kernel
 from tvmfuse.verify import verify

@@ -6,7 +6,7 @@ from tvm.script import tirx as T
 
 from tvmfuse import api
 from tvmfuse.passes import MarkGathersInjective
-from tvmfuse.passes.mark_gathers_injective import INJECTIVE, OPAQUE
+from tvmfuse.names import INJECTIVE, OPAQUE
 from tvmfuse.verify import verify
 
 

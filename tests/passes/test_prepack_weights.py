@@ -10,7 +10,7 @@ from tvm import relax, tirx
 
 from tvmfuse import api
 from tvmfuse.passes.prepack_weights import PACKED, PACKING
-from tvmfuse.schedules.cpu._blocked import LAYOUT_REWRITE_PREPROC
+from tvmfuse.names import LAYOUT_REWRITE_PREPROC
 
 AVX512 = api.get_target("avx512")
 

@@ -10,7 +10,7 @@ from tvmfuse import api
 from tvmfuse.passes.winograd_conv2d import (
     INPUT_TRANSFORM, MIN_CHANNELS, MIN_TILES, OUTPUT_TRANSFORM, transform_weight,
 )
-from tvmfuse.schedules.cpu._blocked import LAYOUT_REWRITE_PREPROC
+from tvmfuse.names import LAYOUT_REWRITE_PREPROC
 from tvmfuse.verify import verify
 
 

@@ -11,7 +11,7 @@ from tvm import relax, s_tir, tirx
 
 from tvmfuse import api
 from tvmfuse.schedules import cpu
-from tvmfuse.schedules.cpu._blocked import LAYOUT_REWRITE_PREPROC
+from tvmfuse.names import LAYOUT_REWRITE_PREPROC
 from tvmfuse.targets import Vector
 
 from conftest import relax_main

@@ -8,7 +8,7 @@ import pytest
 from tvm.s_tir import meta_schedule as ms
 
 from tvmfuse import TvmfuseError, api
-from tvmfuse.tuning import plan_tasks
+from tvmfuse.tuning.tune import plan_tasks
 from tvmfuse.verify import verify
 
 TARGET = api.get_target("avx512")

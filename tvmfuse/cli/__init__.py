@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import warnings
 
@@ -39,15 +40,33 @@ def main(argv: list[str] | None = None) -> int:
     # torch.export's own deprecation notices say nothing to a tvmfuse user.
     warnings.filterwarnings("ignore", category=FutureWarning)
     logging.captureWarnings(True)
+    # SIGTERM (a scheduler's kill, a closed terminal) unwinds like Ctrl-C: a tuning job merges
+    # what it measured, a build removes its half-written folder
+    try:
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    except ValueError:  # main() called from a thread that is not the main one
+        previous = None
     try:
         return args.handler(args) or 0
     except TvmfuseError as err:
         log.debug("details", exc_info=True)
         log.error("%s", err)
         return 2
+    except OSError as err:  # a file the user named: unreadable, a full disk, no permission
+        log.debug("details", exc_info=True)
+        where = f" {err.filename}" if err.filename else ""
+        log.error("cannot use%s: %s", where, err.strerror or err)
+        return 2
     except KeyboardInterrupt:
         log.error("interrupted")
         return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,12 @@ import sys
 from pathlib import Path
 
 from .. import env
+from ..bench.engines import ENGINES, check_names
 from ..errors import TvmfuseError
-from .common import add_database_arguments, add_model_arguments
+from .common import (
+    add_database_arguments, add_model_arguments, check_model_arguments, positive_float,
+    positive_int,
+)
 
 log = logging.getLogger(__name__)
 
@@ -21,22 +25,21 @@ DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 def add_parser(sub) -> None:
-    from ..bench import ENGINES  # noqa: PLC0415 - names only; the engines import torch
-
     parser = sub.add_parser("bench", help="time tvmfuse against PyTorch, ONNX Runtime and stock TVM",
                             description=__doc__)
     add_model_arguments(parser)
-    parser.add_argument("--batch", type=int, metavar="N", help="batch size (axis 0 of every input)")
+    parser.add_argument("--batch", type=positive_int, metavar="N",
+                        help="batch size (axis 0 of every input)")
     parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
                         help="precision of every engine (default fp32)")
     parser.add_argument("--engines", default=",".join(ENGINES), metavar="LIST",
                         help=f"comma-separated engines (default: all of {','.join(ENGINES)})")
-    parser.add_argument("--repeat", type=int, default=20, metavar="N",
+    parser.add_argument("--repeat", type=positive_int, default=20, metavar="N",
                         help="timed runs per engine (default 20)")
-    parser.add_argument("--max-seconds", type=float, default=60.0, metavar="S",
+    parser.add_argument("--max-seconds", type=positive_float, default=60.0, metavar="S",
                         help="stop timing a slow engine after S seconds, but not before 3 runs "
                              "(default 60)")
-    parser.add_argument("--threads", type=int, metavar="N",
+    parser.add_argument("--threads", type=positive_int, metavar="N",
                         help="threads for every engine (default: the target's num-cores)")
     add_database_arguments(parser, "the TVM engines")
     parser.add_argument("--peak", action="store_true",
@@ -47,15 +50,12 @@ def add_parser(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    env.short_openmp_spin()  # torch is not imported yet
-    from .. import api  # noqa: PLC0415
-    from ..engines import check_names  # noqa: PLC0415
-
     engines = check_names([e.strip() for e in args.engines.split(",") if e.strip()])
-    if args.repeat < 1:
-        raise TvmfuseError("--repeat must be at least 1")
+    check_model_arguments(args)
     if args.plot is not None:
         _require_matplotlib()
+    env.short_openmp_spin()  # torch is not imported yet
+    from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
     target = api.get_target(args.target)
     reason = target.why_not_runnable()
     if reason:
@@ -123,7 +123,7 @@ def _plot(report, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    from ..bench import OWN  # noqa: PLC0415
+    from ..bench.report import OWN  # noqa: PLC0415
 
     results = sorted(report.results, key=lambda r: r.median_ms)
     names = [r.engine for r in results]

@@ -1,4 +1,5 @@
-"""``tvmfuse build``: compile a model into a deployable folder (library + manifest.json)."""
+"""``tvmfuse build``: compile a model into a deployable folder (library + manifest.json). With
+``--verify`` the folder replaces an earlier build only after the new one has been verified."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import logging
 from pathlib import Path
 
 from .. import env
-from .common import add_database_arguments, add_model_arguments
+from ..errors import TvmfuseError
+from .common import (
+    add_database_arguments, add_model_arguments, add_rpc_argument, check_model_arguments,
+    check_rpc, positive_int,
+)
 
 log = logging.getLogger(__name__)
 
@@ -21,12 +26,10 @@ def add_parser(sub) -> None:
     add_database_arguments(parser, "the build")
     parser.add_argument("--verify", action="store_true",
                         help="check every output against PyTorch (or ONNX Runtime) after building")
-    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
-                        help="--verify on the device that registered KEY with the RPC tracker at "
-                             "HOST:PORT (for targets that cannot run here, e.g. arm64)")
+    add_rpc_argument(parser, "--verify (for targets that cannot run here, e.g. arm64)")
     parser.add_argument("--bench", action="store_true",
                         help="time the build next to the reference, side by side")
-    parser.add_argument("--repeat", type=int, default=5, metavar="N",
+    parser.add_argument("--repeat", type=positive_int, default=5, metavar="N",
                         help="timed runs per engine for --bench (default 5)")
     parser.add_argument("--dump-ir", type=Path, metavar="DIR",
                         help="write the IR after each pipeline phase into DIR")
@@ -34,33 +37,43 @@ def add_parser(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    if args.bench:
-        env.short_openmp_spin()  # before torch is imported
-    from .. import api  # noqa: PLC0415 - keep `tvmfuse --help` fast
-    from ..errors import TvmfuseError  # noqa: PLC0415
-
-    if args.repeat < 1:
-        raise TvmfuseError("--repeat must be at least 1")
     if args.rpc and (args.bench or not args.verify):
         raise TvmfuseError("--rpc goes with --verify (time a remote build with `tvmfuse run DIR "
                            "--rpc ... --check --repeat N`)")
+    check_model_arguments(args)
+    from ..artifact import check_destination  # noqa: PLC0415 - light: before the heavy imports
+
+    check_destination(args.output)
+    check_rpc(args.rpc)
+    if args.bench:
+        env.short_openmp_spin()  # before torch is imported
+    from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
+    from ..verify import verify  # noqa: PLC0415
+
     target = api.get_target(args.target)
+    reason = target.why_not_runnable()
+    if (args.verify or args.bench) and args.rpc is None and reason is not None:
+        raise TvmfuseError(f"cannot {'verify' if args.verify else 'time'} a {target.name} build "
+                           f"here: {reason}; verify on its device with --rpc HOST:PORT:KEY")
     model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)
     options = api.BuildOptions(database=args.db, use_database=not args.no_db, dump_ir=args.dump_ir,
                                fusion_rules=args.fusion_rules, verify_fusion=args.verify_fusion)
-    out = api.build(api.compile_model(model, target, options), args.output)
-    if not (args.verify or args.bench):
-        return 0
-    deployed = api.load(out, args.rpc)
-    if args.verify:
-        from ..verify import verify  # noqa: PLC0415
+    compiled = api.compile_model(model, target, options)
+    loaded = {}
 
-        checks = verify(deployed, model)
-        worst = max(checks, key=lambda c: c.rel_err)
-        log.info("verified %d output(s) against %s: worst relative L2 error %.2e (%s)",
-                 len(checks), model.reference_name, worst.rel_err, worst.name)
+    def check(staged: Path) -> None:  # the staged folder, before it replaces an earlier build
+        if not (args.verify or args.bench):
+            return
+        loaded["deployed"] = deployed = api.load(staged, args.rpc)
+        if args.verify:
+            checks = verify(deployed, model)
+            worst = max(checks, key=lambda c: c.rel_err)
+            log.info("verified %d output(s) against %s: worst relative L2 error %.2e (%s)",
+                     len(checks), model.reference_name, worst.rel_err, worst.name)
+
+    api.build(compiled, args.output, check=check)
     if args.bench:
-        _bench(deployed, model, target, args.repeat)
+        _bench(loaded["deployed"], model, target, args.repeat)
     return 0
 
 
@@ -68,17 +81,9 @@ def _bench(deployed, model, target, repeat: int) -> None:
     from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
 
-    from ..bench import measure  # noqa: PLC0415
+    from ..bench.session import against_reference  # noqa: PLC0415
 
-    engines = {"tvmfuse": deployed.runner(model.example_inputs)}
-    if model.reference is not None:
-        if model.reference_name == "pytorch":
-            import torch  # noqa: PLC0415
-
-            torch.set_num_threads(target.config.get("num-cores", torch.get_num_threads()))
-        engines[model.reference_name] = lambda: model.reference(*model.example_inputs)
-    log.info("timing %s: %d interleaved rounds after a warm-up", ", ".join(engines), repeat)
-    results = measure(engines, repeat=repeat)
+    results = against_reference(deployed, model, target, repeat)
     base = results[-1].median_ms
     table = Table(title=f"{model.source} on {target.name}, "
                         f"{target.config.get('num-cores', '?')} threads, {repeat} runs each")

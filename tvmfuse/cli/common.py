@@ -1,10 +1,20 @@
-"""Arguments several subcommands share."""
+"""Arguments several subcommands share, and the checks every argument gets before anything heavy
+(torch, TVM: 4-5 s to import) is loaded, so a mistyped argument costs no wait."""
+
+from __future__ import annotations
 
 import argparse
+import math
+import os
 from pathlib import Path
 
-from ..specs import DYNAMIC_DIMS
-from ..targets import target_names
+from ..errors import TvmfuseError
+from ..specs import DYNAMIC_DIMS, parse_shape
+from ..targets import check_name, target_names
+
+#: The zoo's model names (tvmfuse.zoo imports torch; a test keeps the two in step).
+ZOO = ("resnet50", "mobilenet_v2", "bert-base", "tiny-resnet", "tiny-mobilenet",
+       "tiny-transformer")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +44,88 @@ def add_database_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     """``--db DIR | --no-db``: the tuning database ``what`` applies."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--db", type=Path, metavar="DIR",
-                       help=f"tuning database {what} applies (default: tuning_logs/<target-key>/ "
-                            f"when it holds records)")
+                       help=f"tuning database {what} applies (default: the target's database "
+                            f"of your own tuning runs, over the one shipped with tvmfuse)")
     group.add_argument("--no-db", action="store_true", help=f"{what} applies no tuning database")
+
+
+def add_rpc_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--rpc HOST:PORT:KEY``: a device registered with TVM's RPC tracker."""
+    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
+                        help=f"{what} on the device that registered KEY with the RPC tracker at "
+                             f"HOST:PORT")
+
+
+def check_model_arguments(args: argparse.Namespace, db_must_exist: bool = True) -> None:
+    """What can be known wrong about the model arguments without importing the model
+    (``db_must_exist``: ``--db`` names a database to read, not one to create)."""
+    check_name(args.target)
+    for text in args.input_shape:
+        parse_shape(text)
+    source = args.model
+    path = Path(source)
+    if path.suffix in (".pt2", ".onnx"):
+        if not path.is_file():
+            raise TvmfuseError(f"model file {source} does not exist")
+    elif ":" in source:
+        module, _, attr = source.rpartition(":")
+        if not module or not attr.isidentifier():
+            raise TvmfuseError(f"model {source!r} is not package.module:factory or "
+                               f"path/file.py:factory")
+        if module.endswith(".py") and not Path(module).is_file():
+            raise TvmfuseError(f"cannot load model factory {source!r}: no file {module}")
+    elif source not in ZOO:
+        raise TvmfuseError(
+            f"unknown model {source!r}: not a zoo name ({', '.join(ZOO)}), an existing "
+            f".pt2/.onnx file, or a package.module:factory"
+        )
+    if args.fusion_rules is not None and not args.fusion_rules.is_file():
+        raise TvmfuseError(f"cannot read fusion rules {args.fusion_rules}: No such file or "
+                           f"directory")
+    if db_must_exist and getattr(args, "db", None) is not None and not args.db.is_dir():
+        raise TvmfuseError(f"tuning database {args.db} does not exist; name a folder that holds "
+                           f"one, or leave --db out")
+    if getattr(args, "dump_ir", None) is not None:
+        check_writable(args.dump_ir, "--dump-ir")
+
+
+def check_writable(folder: Path, what: str) -> None:
+    """A TvmfuseError when ``folder`` (made if missing) could not be written."""
+    if folder.exists() and not folder.is_dir():
+        raise TvmfuseError(f"{what} {folder} is a file, not a folder")
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise TvmfuseError(f"{what} {folder}: cannot write into {existing} (permission denied)")
+
+
+def check_rpc(text: str | None) -> None:
+    """``--rpc``: well formed, and a tracker listening there (within a few seconds)."""
+    if text is None:
+        return
+    from ..remote import Remote  # noqa: PLC0415 - light, but only --rpc needs it
+
+    Remote.parse(text).check_reachable()
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, lambda v: v >= 1, "a whole number of at least 1")
+
+
+def nonnegative_int(text: str) -> int:
+    return _number(text, int, lambda v: v >= 0, "a whole number of at least 0")
+
+
+def positive_float(text: str) -> float:
+    return _number(text, float, lambda v: math.isfinite(v) and v > 0, "a number above 0")
+
+
+def _number(text: str, kind, ok, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+    return value

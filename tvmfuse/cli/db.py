@@ -1,29 +1,35 @@
 """``tvmfuse db``: look after tuning databases. ``stats`` counts workloads, records and targets;
-``check`` names every line that is not a sound record (and, with ``--target``, every record of
-another target) and exits 1 if it finds one; ``purge`` removes failed candidates, corrupt lines and,
-with ``--target``, other targets' records; ``merge`` adds databases into one. Rewrites are atomic
-and hold the database's lock, so they are safe next to a running ``tvmfuse tune``."""
+``check`` names every line that is not a sound record, every record whose trace does not replay
+on its workload, records of another target (with ``--target``) and tuning jobs that were killed
+before they merged, and exits 1 if it finds one; ``purge`` removes failed candidates, corrupt
+lines (kept in ``database_quarantine.json``) and, with ``--target``, other targets' records;
+``recover`` merges the records of killed tuning jobs; ``merge`` adds databases into one.
+Rewrites are atomic and hold the database's lock, so they are safe next to a running
+``tvmfuse tune``."""
 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import logging
 from pathlib import Path
 
 from ..errors import TvmfuseError
+from ..targets import check_name, get_target
+from ..tuning import database
 
 log = logging.getLogger(__name__)
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("db", help="stats, check, purge or merge tuning databases",
+    parser = sub.add_parser("db", help="stats, check, purge, recover or merge tuning databases",
                             description=__doc__)
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (("stats", "workloads, records, targets and best times"),
-                       ("check", "report corrupt lines and foreign records; exit 1 if any"),
-                       ("purge", "remove failed records, corrupt lines, foreign records")):
+                       ("check", "report corrupt lines, records that do not replay, foreign "
+                                 "records and killed jobs; exit 1 if any"),
+                       ("purge", "remove failed records, corrupt lines, foreign records"),
+                       ("recover", "merge the records of killed tuning jobs")):
         action = actions.add_parser(name, help=text)
         action.add_argument("folder", type=Path, help="database folder")
         action.add_argument("--target", metavar="TARGET",
@@ -38,51 +44,39 @@ def add_parser(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ..tuning import database  # noqa: PLC0415
-
     target = None
     if getattr(args, "target", None):
-        from ..targets import get_target  # noqa: PLC0415
-
-        target = get_target(args.target).config
+        target = get_target(check_name(args.target)).config
     if args.action == "merge":
-        result = _merge(database, args.sources, args.into)
+        result = _merge(args.sources, args.into)
+    elif args.action == "recover":
+        with database.locked(args.folder, create=False):
+            pass  # finishes a rewrite that stopped half way
+        result = {"folder": str(args.folder),
+                  "recovered": database.recover_jobs(args.folder)}
     elif args.action == "purge":
-        with database.locked(args.folder):
+        with database.locked(args.folder, create=False):
             db = database.read(args.folder)
-            result = {"folder": str(args.folder), "dropped": database.purge(db, target)}
+            result = {"folder": str(args.folder), "dropped": database.purge(db, target),
+                      "quarantine": str(args.folder / database.QUARANTINE)}
             database.write(db)
             result["kept"] = {"workloads": len(db.workloads), "records": len(db.records)}
     else:
-        result = _stats(database, database.read(args.folder), target)
+        db = database.read(args.folder)
+        result = database.stats(db, target)
+        if args.action == "check":
+            result["problems"] += database.replay(db)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         _print(args.action, result)
-    if args.action == "check" and (result["problems"] or result["foreign_records"]):
+    if args.action == "check" and (result["problems"] or result["foreign_records"]
+                                   or result["leftover_jobs"]):
         return 1
     return 0
 
 
-def _stats(database, db, target) -> dict:
-    targets = collections.Counter(database.target_summary(db.target_of(r)) for r in db.records)
-    foreign = 0 if target is None else sum(
-        not database.same_target(db.target_of(r), target) for r in db.records)
-    best = db.best_seconds()
-    return {
-        "folder": str(db.folder),
-        "workloads": len(db.workloads),
-        "records": len(db.records),
-        "failed_records": sum(db.failed(r) for r in db.records),
-        "workloads_with_a_working_record": len(best),
-        "targets": dict(targets),
-        "foreign_records": foreign,
-        "problems": [str(p) for p in db.problems],
-        "best_ms": {str(i): round(s * 1e3, 4) for i, s in sorted(best.items())},
-    }
-
-
-def _merge(database, sources: list[Path], into: Path) -> dict:
+def _merge(sources: list[Path], into: Path) -> dict:
     for source in sources:
         if source.resolve() == into.resolve():
             raise TvmfuseError(f"{source} is the database merged into; name it once, as --into")
@@ -99,10 +93,16 @@ def _print(action: str, result: dict) -> None:
             print(f"{source}: {n} record(s) added")
         print(f"{result['into']}: {result['workloads']} workloads, {result['records']} records")
         return
+    if action == "recover":
+        print(f"{result['folder']}: {result['recovered']} record(s) recovered from killed "
+              f"tuning jobs")
+        return
     if action == "purge":
         dropped = ", ".join(f"{n} {why}" for why, n in result["dropped"].items())
         print(f"{result['folder']}: dropped {dropped}; kept {result['kept']['workloads']} "
               f"workloads, {result['kept']['records']} records")
+        if result["dropped"]["corrupt lines"]:
+            print(f"  corrupt lines kept in {result['quarantine']}")
         return
     print(f"{result['folder']}: {result['workloads']} workloads, {result['records']} records "
           f"({result['failed_records']} failed), {result['workloads_with_a_working_record']} "
@@ -113,3 +113,9 @@ def _print(action: str, result: dict) -> None:
         print(f"  {result['foreign_records']} record(s) for another target")
     for problem in result["problems"]:
         print(f"  problem: {problem}")
+    for job in result["leftover_jobs"]:
+        print(f"  tuning job {job} was killed before it merged its records; `tvmfuse db recover "
+              f"{result['folder']}` (or the next `tvmfuse tune` on it) merges them")
+    if result["quarantined_lines"]:
+        print(f"  {result['quarantined_lines']} line(s) set aside by earlier rewrites in "
+              f"{database.QUARANTINE}")

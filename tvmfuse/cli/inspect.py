@@ -11,7 +11,7 @@ import collections
 import json
 from pathlib import Path
 
-from .common import add_database_arguments, add_model_arguments
+from .common import add_database_arguments, add_model_arguments, check_model_arguments
 
 
 def add_parser(sub) -> None:
@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from .. import api  # noqa: PLC0415
+    check_model_arguments(args)
+    from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
 
     target = api.get_target(args.target)
     model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)

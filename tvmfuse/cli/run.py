@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import TvmfuseError
+from .common import add_rpc_argument, check_rpc, nonnegative_int
 
 log = logging.getLogger(__name__)
 
@@ -28,21 +29,23 @@ def add_parser(sub) -> None:
     source.add_argument("--check", action="store_true",
                         help="run on the example inputs saved at build time and compare the "
                              "outputs with the reference's (PyTorch or ONNX Runtime)")
-    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
-                        help="run on the device that registered KEY with the RPC tracker at "
-                             "HOST:PORT (e.g. a board, or `tvmfuse arm-host up`)")
+    add_rpc_argument(parser, "run (e.g. a board, or `tvmfuse arm-host up`)")
     parser.add_argument("-o", "--output", type=Path, default=Path("outputs.npz"), metavar="FILE",
-                        help="where to write the outputs (.npz, by output name; default outputs.npz)")
-    parser.add_argument("--repeat", type=int, default=0, metavar="N",
+                        help="where to write the outputs (.npz, by output name; a folder gets "
+                             "outputs.npz; default outputs.npz)")
+    parser.add_argument("--repeat", type=nonnegative_int, default=0, metavar="N",
                         help="also time N runs after a warm-up and log the median")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     _without_torch()
+    from ..bench.measure import time_deployed  # noqa: PLC0415 - TVM only after the arguments
     from ..runtime import load  # noqa: PLC0415
     from ..specs import random_inputs  # noqa: PLC0415
 
+    output = _output_path(args.output)
+    check_rpc(args.rpc)
     deployed = load(args.build_dir, args.rpc)
     if args.check:
         from ..verify import verify_saved  # noqa: PLC0415
@@ -53,28 +56,36 @@ def handle(args: argparse.Namespace) -> int:
         arrays = random_inputs(deployed.inputs) if args.random else _read_inputs(args.input,
                                                                                  deployed)
     outputs = deployed.run(arrays)
-    np.savez(args.output, **{spec.name: out for spec, out in zip(deployed.outputs, outputs)})
+    np.savez(output, **{spec.name: out for spec, out in zip(deployed.outputs, outputs)})
     for spec, out in zip(deployed.outputs, outputs):
         log.info("%s: shape %s, dtype %s", spec.name, tuple(out.shape), out.dtype)
-    log.info("wrote %s", args.output)
+    log.info("wrote %s", output)
     if args.repeat > 0:
-        _time(deployed, arrays, args.repeat)
+        latency = time_deployed(deployed, arrays, args.repeat)
+        log.info("median %.3f ms over %d runs (min %.3f, max %.3f)", latency.median_ms,
+                 args.repeat, latency.min_ms, latency.max_ms)
+        if deployed.rpc is not None and _emulated(deployed.rpc):
+            log.warning("measured on an emulator: these times say nothing about the device's "
+                        "speed")
     return 0
 
 
-def _time(deployed, arrays, repeat: int) -> None:
-    from ..bench import measure  # noqa: PLC0415
+def _output_path(path: Path) -> Path:
+    """Where ``-o`` writes: ``path``, or ``path/outputs.npz`` for a folder; numpy would add
+    ``.npz`` to any other name, so one is required."""
+    if path.is_dir():
+        path = path / "outputs.npz"
+    elif path.suffix != ".npz":
+        raise TvmfuseError(f"-o {path}: outputs are written as .npz; name a .npz file or a folder")
+    if not path.parent.is_dir():
+        raise TvmfuseError(f"-o {path}: folder {path.parent} does not exist")
+    return path
+
+
+def _emulated(rpc: str) -> bool:
     from ..remote import Remote  # noqa: PLC0415
 
-    if deployed.rpc is None:
-        (latency,) = measure({"tvmfuse": deployed.runner(arrays)}, repeat=repeat)
-        median, low, high = latency.median_ms, latency.min_ms, latency.max_ms
-    else:
-        times = sorted(1e3 * t for t in deployed.remote_times(arrays, repeat))
-        median, low, high = float(np.median(times)), times[0], times[-1]
-    log.info("median %.3f ms over %d runs (min %.3f, max %.3f)", median, repeat, low, high)
-    if deployed.rpc is not None and Remote.parse(deployed.rpc).emulated:
-        log.warning("measured on an emulator: these times say nothing about the device's speed")
+    return Remote.parse(rpc).emulated
 
 
 def _without_torch() -> None:
@@ -103,5 +114,5 @@ def _read_inputs(paths: list[Path], deployed) -> list[np.ndarray]:
                     )
                 return [archive[s.name] for s in deployed.inputs]
         return [np.load(p, allow_pickle=False) for p in paths]
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, EOFError) as err:
         raise TvmfuseError(f"cannot read inputs {', '.join(map(str, paths))}: {err}") from None

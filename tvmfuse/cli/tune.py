@@ -1,14 +1,19 @@
-"""``tvmfuse tune``: tune a model's fused kernels with MetaSchedule into the target's database
-(``tuning_logs/<target-key>/``), which ``tvmfuse build`` then applies."""
+"""``tvmfuse tune``: tune a model's fused kernels with MetaSchedule into your database of the
+target (``$TVMFUSE_TUNING_LOGS/<target-key>/``), which ``tvmfuse build`` then applies over the
+one shipped with tvmfuse."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 from pathlib import Path
 
 from ..errors import TvmfuseError
-from .common import add_model_arguments
+from .common import (
+    add_model_arguments, add_rpc_argument, check_model_arguments, check_rpc, nonnegative_int,
+    positive_int,
+)
 
 log = logging.getLogger(__name__)
 
@@ -17,32 +22,31 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("tune", help="tune the fused kernels into a tuning database",
                             description=__doc__)
     add_model_arguments(parser)
-    parser.add_argument("--trials", type=int, default=64, metavar="N",
+    parser.add_argument("--trials", type=nonnegative_int, default=64, metavar="N",
                         help="searched candidates in all, over the searched tasks (default 64; "
                              "0: seed every kernel with its hand-written schedule only)")
-    parser.add_argument("--top-k", type=int, metavar="K",
+    parser.add_argument("--top-k", type=positive_int, metavar="K",
                         help="search only the K kernels that take the most time")
     parser.add_argument("--budget", type=_duration, metavar="TIME",
                         help="wall-clock budget, e.g. 45m, 2h, 600s: the search stops before it")
-    parser.add_argument("--trials-per-iter", type=int, default=4, metavar="K",
+    parser.add_argument("--trials-per-iter", type=positive_int, default=4, metavar="K",
                         help="candidates per task per round (default 4)")
     parser.add_argument("--db", type=Path, metavar="DIR",
-                        help="database folder (default: tuning_logs/<target-key>/)")
-    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
-                        help="measure on the device that registered KEY with the RPC tracker at "
-                             "HOST:PORT (candidates are linked here)")
+                        help="database folder (default: your own database of the target, in "
+                             "$TVMFUSE_TUNING_LOGS or ~/.cache/tvmfuse/tuning_logs)")
+    add_rpc_argument(parser, "measure (candidates are linked here)")
     parser.add_argument("--retune", action="store_true",
                         help="search again for tasks the database already holds")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    from .. import api  # noqa: PLC0415
+    check_model_arguments(args, db_must_exist=False)
+    if args.db is not None and args.db.exists() and not args.db.is_dir():
+        raise TvmfuseError(f"--db {args.db} is a file, not a database folder")
+    check_rpc(args.rpc)
+    from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
 
-    if args.trials < 0 or args.trials_per_iter < 1:
-        raise TvmfuseError("--trials must be at least 0 and --trials-per-iter at least 1")
-    if args.top_k is not None and args.top_k < 1:
-        raise TvmfuseError("--top-k must be at least 1")
     if not args.verbose:  # MetaSchedule's per-trial chatter; the progress bar and plan remain
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     target = api.get_target(args.target)
@@ -60,9 +64,9 @@ def _duration(text: str) -> float:
     """Seconds in "45m", "2h", "90s" or a plain number of seconds."""
     units = {"s": 1, "m": 60, "h": 3600}
     try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
-        return float(text)
+        seconds = float(text[:-1]) * units[text[-1]] if text and text[-1] in units else float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 45m, 2h or 600s") \
-            from None
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 45m, 2h or 600s")
+    return seconds

@@ -29,12 +29,9 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.analysis import normalize_prim_func
 
+from ..names import IS_SCHEDULED, SCHEDULE
+
 log = logging.getLogger(__name__)
-
-
-#: The PrimFunc attribute naming the rule that scheduled a kernel (``tvmfuse tune``'s seed records
-#: carry it as an annotation of the root block).
-SCHEDULE_ATTR = "tvmfuse.schedule"
 
 
 def rule_name(rule) -> str:
@@ -55,13 +52,13 @@ class ApplyScheduleRules:
         target = tvm.target.Target.current(allow_none=False)
         updated = mod.clone()
         for gvar, func in mod.functions.items():
-            if not isinstance(func, tirx.PrimFunc) or func.attrs.get("tirx.is_scheduled", False):
+            if not isinstance(func, tirx.PrimFunc) or func.attrs.get(IS_SCHEDULED, False):
                 continue
             found = self.schedule(func, target, gvar.name_hint)
             if found is not None:
                 name, sch = found
                 updated[gvar] = sch.mod["main"].with_attrs(
-                    {"tirx.is_scheduled": True, SCHEDULE_ATTR: name})
+                    {IS_SCHEDULED: True, SCHEDULE: name})
                 log.debug("%s scheduled by %s", gvar.name_hint, name)
         return updated
 

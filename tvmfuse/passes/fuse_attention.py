@@ -32,7 +32,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..report import FUSION_ATTR, OPS_ATTR
+from .. import names
 from ._rewrite import calls_op, static_shape
 
 #: The fusion rule this pass implements, as the build report names it.
@@ -369,7 +369,8 @@ class _Rewriter(relax.PyExprMutator):
         shape = match.shape
         gvar = self.kernels.get(shape)
         if gvar is None:
-            kernel = self.kernel(shape).with_attrs({FUSION_ATTR: RULE, OPS_ATTR: match.ops})
+            kernel = self.kernel(shape).with_attrs(
+                {names.FUSION: RULE, names.FUSION_OPS: match.ops})
             gvar = self.builder_.add_func(kernel, "attention")
             self.kernels[shape] = gvar
         mask = (self.visit_expr(match.mask) if match.mask is not None

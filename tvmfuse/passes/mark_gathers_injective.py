@@ -21,8 +21,7 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.ir.expr import Expr, TensorLoad
 
-#: ``op_pattern`` values of TVM's OpPatternKind.
-INJECTIVE, OPAQUE = 2, 8
+from ..names import INJECTIVE, OP_PATTERN, OPAQUE
 
 
 @tvm.transform.module_pass(opt_level=0, name="MarkGathersInjective")
@@ -33,8 +32,8 @@ class MarkGathersInjective:
         updated = mod.clone()
         for gvar, func in mod.functions.items():
             if (isinstance(func, tirx.PrimFunc) and func.attrs is not None
-                    and int(func.attrs.get("op_pattern", -1)) == OPAQUE and _is_gather(func)):
-                updated[gvar] = func.with_attr("op_pattern", INJECTIVE)
+                    and int(func.attrs.get(OP_PATTERN, -1)) == OPAQUE and _is_gather(func)):
+                updated[gvar] = func.with_attr(OP_PATTERN, INJECTIVE)
         return updated
 
 

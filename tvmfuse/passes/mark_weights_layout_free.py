@@ -16,10 +16,8 @@ from __future__ import annotations
 import tvm
 from tvm import relax, tirx
 
+from ..names import LAYOUT_FREE_BUFFERS
 from ._rewrite import calls_op
-
-#: The PrimFunc attribute MetaSchedule's RewriteLayout and SplitLayoutRewritePreproc read.
-LAYOUT_FREE_BUFFERS = "layout_free_buffers"
 
 
 @tvm.transform.module_pass(opt_level=0, name="MarkWeightsLayoutFree")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax, s_tir
 
-from ..schedules.cpu._blocked import LAYOUT_REWRITE_PREPROC
+from ..names import LAYOUT_REWRITE_PREPROC
 
 #: Suffixes SplitLayoutRewritePreproc gives the two halves of a kernel.
 PACKING, PACKED = "_weight_prepack", "_prepacked"

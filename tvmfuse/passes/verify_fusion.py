@@ -19,6 +19,8 @@ import numpy as np
 import tvm
 from tvm import relax
 
+from .. import names
+
 log = logging.getLogger(__name__)
 
 Build = Callable[[tvm.IRModule], object]  # a module with one group -> a relax Executable
@@ -52,7 +54,7 @@ class VerifyFusion:
             reason = self._check(mod, gvar)
             if reason is not None:
                 func = mod[gvar]
-                rule = str(func.attrs.get("Composite", "elementwise"))
+                rule = str(func.attrs.get(names.COMPOSITE, names.ELEMENTWISE))
                 log.warning("fusion %s (%s) split back into its ops: %s", rule, gvar.name_hint,
                             reason)
                 self.split[gvar.name_hint] = reason

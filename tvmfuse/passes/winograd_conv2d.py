@@ -36,9 +36,8 @@ import tvm
 from tvm import relax, te, tirx
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-from ..schedules.cpu.winograd import INPUT as INPUT_BLOCK, OUTPUT as OUTPUT_BLOCK
 from ._rewrite import static_shape
-from .mark_gathers_injective import OPAQUE
+from ..names import OP_PATTERN, OPAQUE, WINOGRAD_INPUT, WINOGRAD_OUTPUT
 
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], "float64")
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], "float64")
@@ -119,7 +118,7 @@ def _winograd(builder: relax.BlockBuilder, x: relax.Expr, weight: np.ndarray,
               shape: list[int]) -> relax.Expr:
     data = te.placeholder(x.ty.shape.values, x.ty.dtype, "data")  # int64, as LegalizeOps
     v = input_transform(data)
-    transform = te.create_prim_func([data, v]).with_attr("op_pattern", OPAQUE)
+    transform = te.create_prim_func([data, v]).with_attr(OP_PATTERN, OPAQUE)
     v = builder.emit(relax.call_tir(builder.add_func(transform, INPUT_TRANSFORM), [x],
                                     relax.TensorType(v.shape, v.dtype)))
     m = builder.emit(relax.op.matmul(v, relax.const(transform_weight(weight))))
@@ -170,7 +169,7 @@ def input_transform(x: te.Tensor) -> te.Tensor:
 
         return _select(e, [_bilinear(_BT, i, _BT, j, tile) for i in range(4) for j in range(4)])
 
-    return te.compute((16, n * th * tw, int(x.shape[3])), element, name=INPUT_BLOCK)
+    return te.compute((16, n * th * tw, int(x.shape[3])), element, name=WINOGRAD_INPUT)
 
 
 def output_transform(m: te.Tensor, h: int, w: int) -> te.Tensor:
@@ -185,4 +184,4 @@ def output_transform(m: te.Tensor, h: int, w: int) -> te.Tensor:
                  for i in range(2) for j in range(2)]
         return _select(y % 2 * 2 + x % 2, cases)
 
-    return te.compute((n, h, w, int(m.shape[2])), element, name=OUTPUT_BLOCK)
+    return te.compute((n, h, w, int(m.shape[2])), element, name=WINOGRAD_OUTPUT)

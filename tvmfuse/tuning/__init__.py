@@ -1,5 +1,2 @@
-"""Tuning: MetaSchedule over tvmfuse's fused kernels, into a JSON database per target."""
-
-from .tune import TaskPlan, plan_tasks, tune
-
-__all__ = ["TaskPlan", "plan_tasks", "tune"]
+"""Tuning: MetaSchedule over tvmfuse's fused kernels (:mod:`.tune`), into JSON databases that
+survive corruption and killed jobs (:mod:`.database`), found per target (:mod:`.lookup`)."""

@@ -1,11 +1,27 @@
 """tvmfuse's view of a MetaSchedule JSON database folder: read it line by line (a corrupt line is
-a reported problem, not a failed load), tell records of this target from foreign ones, and
-rewrite it atomically under a lock (stats, check, purge, merge; ``tvmfuse db``).
+a reported problem, never a failed load and never a shifted record), tell records of this target
+from foreign ones, and rewrite it atomically under a lock (``tvmfuse db``, tuning jobs).
 
 The folder holds MetaSchedule's two files: ``database_workload.json``, one ``[structural hash,
-workload]`` per line, and ``database_tuning_record.json``, one ``[workload index, [trace,
-run seconds, target, argument info]]`` per line. MetaSchedule writes a candidate that failed to
-build or run with a run time of 1e10 s.
+workload]`` per line, and ``database_tuning_record.json``, one ``[workload index, [trace, run
+seconds, target, argument info]]`` per line, the index counting the workload file's lines.
+MetaSchedule writes a candidate that failed to build or run with a run time of 1e10 s.
+
+What keeps a record on its workload:
+
+- **Reading** keeps each record with the workload *line* it names: a corrupt workload line still
+  takes its place in the count, and the records that name it are set aside (quarantined), not
+  handed the next workload. In memory a record points at its workload's content.
+- **Writing** puts both files beside the old ones (``.<name>.new``, fsynced), then renames the
+  workload file and then the record file into place. A crash between the two renames leaves the
+  new record file waiting; every reader takes it over the old one, and the next writer finishes
+  the rename. Readers hold the folder's lock shared, writers exclusive.
+- **Nothing is deleted that was not asked for**: lines a rewrite cannot keep (corrupt ones,
+  records whose workload line is corrupt or missing) are appended to ``database_quarantine.json``
+  with the reason; ``tvmfuse db check`` names them.
+- **Tuning jobs** (:mod:`tvmfuse.tuning.tune`) write every measured record at once into a
+  private ``.tune-*`` folder whose lock they hold while they live; :func:`recover_jobs` merges
+  the folders of jobs that died (``kill -9``) into the database.
 """
 
 from __future__ import annotations
@@ -15,7 +31,7 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +43,21 @@ log = logging.getLogger(__name__)
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
 FILES = (WORKLOADS, RECORDS)
+#: Lines a rewrite could not keep, one JSON object per line: ``{"file", "line", "reason",
+#: "text"}``. Never read by a build.
+QUARANTINE = "database_quarantine.json"
 #: MetaSchedule's run time for a candidate that failed to build or run.
 FAILED_SECONDS = 1e9
 #: The target fields that decide whether a record applies (a record tuned for another CPU or
 #: another core count is another machine's schedule).
 TARGET_FIELDS = ("kind", "mcpu", "mtriple", "arch", "num-cores")
+#: Prefix of a tuning job's private folder inside the database it tunes into.
+JOB_PREFIX = ".tune-"
+#: The lock file a live tuning job holds in its folder.
+JOB_LOCK = ".owner"
+#: Folders this process holds the writer's lock of (its reads need no shared lock: flock would
+#: make a second lock of one process wait for its first).
+_HELD: set[Path] = set()
 
 
 @dataclass(frozen=True)
@@ -39,6 +65,8 @@ class Problem:
     file: str
     line: int
     message: str
+    #: The line as it was (kept in the quarantine when the database is rewritten).
+    text: str = ""
 
     def __str__(self) -> str:
         return f"{self.file} line {self.line}: {self.message}"
@@ -46,7 +74,11 @@ class Problem:
 
 @dataclass
 class Database:
-    """The parsed lines of one database folder (JSON values as MetaSchedule wrote them)."""
+    """The sound lines of one database folder (JSON values as MetaSchedule wrote them).
+
+    ``workloads`` are ``[hash, workload]`` pairs, ``records`` ``[index, record]`` pairs whose
+    index points into ``workloads`` (this list, not the file's lines: they are renumbered as
+    they are read, and again when written)."""
 
     folder: Path
     workloads: list[list] = field(default_factory=list)
@@ -69,48 +101,92 @@ class Database:
                 best[record[0]] = min(best.get(record[0], seconds), seconds)
         return best
 
+    @property
+    def sound(self) -> bool:
+        return not self.problems
+
 
 def has_database(folder: Path) -> bool:
-    return all((folder / name).is_file() for name in FILES)
+    return all((Path(folder) / name).is_file() for name in FILES)
 
 
 def read(folder: Path) -> Database:
-    """Parse ``folder``; lines that are not JSON or not of MetaSchedule's shape become problems."""
+    """Parse ``folder``; lines that are not JSON or not of MetaSchedule's shape become problems,
+    and so do records whose workload line is one (see the module docstring)."""
     folder = Path(folder)
+    if not folder.is_dir():
+        raise TvmfuseError(f"{folder} does not exist; name a tuning database folder")
     if not has_database(folder):
         raise TvmfuseError(f"{folder} is not a tuning database: it needs {' and '.join(FILES)}")
+    with _shared_lock(folder):
+        return _read(folder)
+
+
+def _read(folder: Path) -> Database:
     db = Database(folder)
-    for number, value in _lines(folder / WORKLOADS, db.problems):
+    slots: list[int | None] = []  # workload line (counted as MetaSchedule counts) -> our index
+    known: dict[tuple, int] = {}
+    for number, value, text in _lines(folder / WORKLOADS, db.problems):
         if isinstance(value, list) and len(value) == 2 and all(isinstance(v, str) for v in value):
-            db.workloads.append(value)
+            index = known.setdefault(tuple(value), len(db.workloads))
+            if index == len(db.workloads):
+                db.workloads.append(value)
+            slots.append(index)
         else:
-            db.problems.append(Problem(WORKLOADS, number, "not a [hash, workload] pair"))
-    for number, value in _lines(folder / RECORDS, db.problems):
+            if value is not None:
+                db.problems.append(Problem(WORKLOADS, number, "not a [hash, workload] pair",
+                                           text))
+            slots.append(None)
+    for number, value, text in _lines(_records_file(folder), db.problems, RECORDS):
+        if value is None:
+            continue
         if not _is_record(value):
             db.problems.append(Problem(RECORDS, number, "not a [workload, [trace, run "
-                                                        "seconds, target, args]] record"))
-        elif not 0 <= value[0] < len(db.workloads):
-            db.problems.append(Problem(RECORDS, number, f"workload {value[0]} does not exist"))
+                                                        "seconds, target, args]] record", text))
+        elif not 0 <= value[0] < len(slots):
+            db.problems.append(Problem(RECORDS, number, f"workload {value[0]} does not exist",
+                                       text))
+        elif slots[value[0]] is None:
+            db.problems.append(Problem(RECORDS, number, f"its workload (line {value[0] + 1} "
+                                                        f"of {WORKLOADS}) is corrupt", text))
         else:
-            db.records.append(value)
+            db.records.append([slots[value[0]], value[1]])
     return db
 
 
-def _lines(path: Path, problems: list[Problem]) -> Iterator[tuple[int, object]]:
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
+def _records_file(folder: Path) -> Path:
+    """The record file to read: a waiting ``.new`` one when a writer stopped between its two
+    renames (its workload file is in place already)."""
+    waiting = folder / f".{RECORDS}.new"
+    return waiting if waiting.is_file() and not (folder / f".{WORKLOADS}.new").exists() \
+        else folder / RECORDS
+
+
+def _lines(path: Path, problems: list[Problem], name: str | None = None
+           ) -> Iterator[tuple[int, object, str]]:
+    """``(line number, JSON value or None when corrupt, text)`` for every non-blank line.
+
+    A corrupt workload line yields None (it still takes its place in the count); a line that is
+    not UTF-8 is corrupt too."""
+    name = name or path.name
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            text = raw.decode("utf-8", errors="replace").rstrip("\n")
+            if not text.strip():
                 continue
             try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as err:
-                problems.append(Problem(path.name, number, f"not valid JSON ({err.msg})"))
+                yield number, json.loads(raw.decode("utf-8")), text
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                message = getattr(err, "msg", "not UTF-8")
+                problems.append(Problem(name, number, f"not valid JSON ({message})", text))
+                yield number, None, text
 
 
 def _is_record(value) -> bool:
     return (isinstance(value, list) and len(value) == 2 and isinstance(value[0], int)
             and isinstance(value[1], list) and len(value[1]) == 4
-            and isinstance(value[1][1], list) and isinstance(value[1][2], dict))
+            and isinstance(value[1][1], list) and isinstance(value[1][2], dict)
+            and all(isinstance(s, (int, float)) for s in value[1][1]))
 
 
 def target_summary(target: dict) -> str:
@@ -125,11 +201,44 @@ def same_target(record_target: dict, target: dict) -> bool:
 
 
 @contextlib.contextmanager
-def locked(folder: Path) -> Iterator[None]:
-    """Hold ``folder``'s lock: one writer at a time (tuning jobs, ``tvmfuse db``)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as lock:
+def locked(folder: Path, create: bool = True) -> Iterator[None]:
+    """Hold ``folder``'s lock exclusively: one writer at a time (tuning jobs, ``tvmfuse db``).
+    ``create`` makes the folder when it is missing (a merge's destination)."""
+    folder = Path(folder)
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
+    elif not folder.is_dir():
+        raise TvmfuseError(f"{folder} does not exist; name a tuning database folder")
+    try:
+        lock = open(folder / ".lock", "a")
+    except OSError as err:
+        raise TvmfuseError(f"cannot write to tuning database {folder} ({err.strerror}); "
+                           f"copy it somewhere writable, or name another with --db") from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        _HELD.add(folder.resolve())
+        try:
+            _finish_commit(folder)
+            yield
+        finally:
+            _HELD.discard(folder.resolve())
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _shared_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s lock shared while reading, so no rewrite is seen half done. A folder
+    nobody may write (a shipped database) has no writers to wait for."""
+    if folder.resolve() in _HELD:
+        yield
+        return
+    try:
+        lock = open(folder / ".lock", "a")
+    except OSError:
+        yield
+        return
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
         try:
             yield
         finally:
@@ -137,36 +246,85 @@ def locked(folder: Path) -> Iterator[None]:
 
 
 def write(db: Database, folder: Path | None = None) -> None:
-    """Write ``db`` into ``folder`` (default: where it came from), each file replaced atomically.
-    The caller holds the lock."""
+    """Write ``db`` into ``folder`` (default: where it came from), both files replaced as the
+    module docstring says; ``db``'s problems go to the quarantine. The caller holds the lock."""
     folder = Path(folder or db.folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, rows in ((WORKLOADS, db.workloads), (RECORDS, db.records)):
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
+    if db.problems:
+        _quarantine(folder, db.problems)
+        db.problems = []
+    used = sorted({r[0] for r in db.records})  # workloads without records are not kept
+    renumber = {old: new for new, old in enumerate(used)}
+    rows = {WORKLOADS: [db.workloads[i] for i in used],
+            RECORDS: [[renumber[r[0]], r[1]] for r in db.records]}
+    for name in FILES:  # both written and on disk before either replaces the old one
+        with open(folder / f".{name}.new", "w", encoding="utf-8") as f:
+            for row in rows[name]:
                 f.write(json.dumps(row, separators=(",", ":")) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, folder / name)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(folder / f".{name}.new", 0o644)
+    for name in FILES:
+        os.replace(folder / f".{name}.new", folder / name)
+        _fsync_dir(folder)
+    db.workloads, db.records = rows[WORKLOADS], rows[RECORDS]
+
+
+def _finish_commit(folder: Path) -> None:
+    """Under the writer's lock: finish or undo a rewrite that stopped part way."""
+    new = {name: folder / f".{name}.new" for name in FILES}
+    if new[WORKLOADS].exists():  # stopped before the first rename: the old files are whole
+        for path in new.values():
+            path.unlink(missing_ok=True)
+    elif new[RECORDS].exists():  # stopped between the renames: the new workloads are in place
+        os.replace(new[RECORDS], folder / RECORDS)
+        _fsync_dir(folder)
+        log.warning("tuning database %s: finished a rewrite that had stopped half way", folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _quarantine(folder: Path, problems: list[Problem]) -> None:
+    with open(folder / QUARANTINE, "a", encoding="utf-8") as f:
+        for p in problems:
+            f.write(json.dumps({"file": p.file, "line": p.line, "reason": p.message,
+                                "text": p.text}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def quarantined(folder: Path) -> int:
+    """How many lines earlier rewrites of ``folder`` set aside."""
+    path = Path(folder) / QUARANTINE
+    if not path.is_file():
+        return 0
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
 
 
 def merge_into(dest: Database, source: Database) -> int:
-    """Add ``source``'s records to ``dest``, workloads deduplicated by their JSON; returns the
+    """Add ``source``'s records to ``dest``, workloads deduplicated by their content; returns the
     number of records added (identical records are not added twice)."""
     index = {tuple(w): i for i, w in enumerate(dest.workloads)}
-    seen = {json.dumps(r, sort_keys=True) for r in dest.records}
+    seen = {json.dumps([dest.workloads[r[0]], r[1]], sort_keys=True) for r in dest.records}
     added = 0
     for record in source.records:
         workload = tuple(source.workloads[record[0]])
+        key = json.dumps([list(workload), record[1]], sort_keys=True)
+        if key in seen:
+            continue
         if workload not in index:
             index[workload] = len(dest.workloads)
             dest.workloads.append(list(workload))
-        moved = [index[workload], record[1]]
-        key = json.dumps(moved, sort_keys=True)
-        if key not in seen:
-            seen.add(key)
-            dest.records.append(moved)
-            added += 1
+        seen.add(key)
+        dest.records.append([index[workload], record[1]])
+        added += 1
     return added
 
 
@@ -188,15 +346,16 @@ def merge_folders(sources: list[Path], into: Path) -> Merged:
     with locked(into):
         dest = read(into) if has_database(into) else Database(into)
         added = {str(source.folder): merge_into(dest, source) for source in parsed}
-        write(dest, into)
+        if any(added.values()) or dest.problems or not has_database(into):
+            write(dest, into)
     skipped = [f"{source.folder}: {problem}" for source in parsed for problem in source.problems]
     return Merged(added, len(dest.workloads), len(dest.records), skipped)
 
 
 def purge(db: Database, target: dict | None = None) -> dict[str, int]:
     """Drop failed records, and records of other targets when ``target`` is given; workloads
-    left without records go too. Returns what was dropped, by reason. (Corrupt lines were never
-    read into ``db``: writing it back drops them.)"""
+    left without records go too. Returns what was dropped, by reason. Corrupt lines were never
+    read into ``db``: :func:`write` sets them aside in the quarantine."""
     dropped = {"failed": 0, "other target": 0, "corrupt lines": len(db.problems)}
     kept = []
     for record in db.records:
@@ -211,27 +370,160 @@ def purge(db: Database, target: dict | None = None) -> dict[str, int]:
     dropped["workloads without records"] = len(db.workloads) - len(used)
     db.workloads = [db.workloads[i] for i in used]
     db.records = [[renumber[r[0]], r[1]] for r in kept]
-    db.problems = []
     return dropped
 
 
-def usable(folder: Path, target: dict, scratch: Path) -> Path | None:
-    """The database a build for ``target`` should apply: ``folder`` itself when every line is
-    sound and every record is this target's; otherwise a cleaned copy in ``scratch``, each
-    problem logged with its file and line. None when no record of ``target`` is left."""
-    db = read(folder)
-    for problem in db.problems:
-        log.warning("tuning database %s: %s; skipping it (`tvmfuse db purge %s` removes it)",
-                    folder, problem, folder)
+def usable(folders: Path | tuple[Path, ...] | list[Path], target: dict,
+           scratch: Path) -> Path | None:
+    """The database a build for ``target`` should apply, from ``folders`` in order: a kernel
+    with a record in an earlier folder takes only that folder's records (the user's over the
+    shipped ones). ``folders`` itself when it is one folder, every line sound and every record
+    this target's; otherwise what is left of them in ``scratch``, each kind of problem logged
+    once. None when no record of ``target`` is left."""
+    folders = [Path(folders)] if isinstance(folders, (str, Path)) else [Path(f) for f in folders]
+    if not folders:
+        return None
+    parsed = [read(folder) for folder in folders]
+    clean = True
+    for db in parsed:
+        clean &= _report(db, target)
+    if clean and len(parsed) == 1:
+        return folders[0]
+    combined = Database(Path(scratch))
+    covered: set[tuple] = set()
+    for db in parsed:
+        purge(db, target)
+        mine = Database(db.folder, db.workloads, [r for r in db.records
+                                                  if tuple(db.workloads[r[0]]) not in covered])
+        merge_into(combined, mine)
+        covered |= {tuple(w) for w in db.workloads}
+    if not combined.records:
+        return None
+    write(combined, scratch)
+    return Path(scratch)
+
+
+def _report(db: Database, target: dict) -> bool:
+    """Log what a build leaves out of ``db``; True when it leaves nothing out."""
+    if db.problems:
+        first = db.problems[0]
+        log.warning("tuning database %s: %d line(s) unusable and skipped (first: %s); "
+                    "`tvmfuse db check %s` lists them", db.folder, len(db.problems), first,
+                    db.folder)
     foreign = [r for r in db.records if not same_target(db.target_of(r), target)]
     if foreign:
         kinds = sorted({target_summary(db.target_of(r)) for r in foreign})
         log.warning("tuning database %s: %d record(s) for another target (%s) are not applied",
-                    folder, len(foreign), "; ".join(kinds))
-    if not db.problems and not foreign:
-        return folder
-    purge(db, target)
-    if not db.records:
-        return None
-    write(db, scratch)
-    return scratch
+                    db.folder, len(foreign), "; ".join(kinds))
+    return not db.problems and not foreign
+
+
+# --- tuning jobs ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def job_folder(database_dir: Path) -> Iterator[Path]:
+    """A private folder for one tuning job inside ``database_dir``, locked for the job's life:
+    a folder whose lock can be taken belongs to a job that is gone (:func:`recover_jobs`)."""
+    import tempfile  # noqa: PLC0415 - only jobs need it
+
+    folder = Path(tempfile.mkdtemp(prefix=JOB_PREFIX, dir=database_dir))
+    with open(folder / JOB_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield folder
+
+
+def leftover_jobs(database_dir: Path) -> list[Path]:
+    """The ``.tune-*`` folders in ``database_dir`` whose job is no longer running."""
+    found = []
+    for folder in sorted(Path(database_dir).glob(f"{JOB_PREFIX}*")):
+        if folder.is_dir() and not _alive(folder):
+            found.append(folder)
+    return found
+
+
+def _alive(job: Path) -> bool:
+    try:
+        with open(job / JOB_LOCK, "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False
+
+
+def job_databases(job: Path) -> list[Path]:
+    """Every database folder a job wrote: its own, and one per task it searched."""
+    return [f for f in [job, *sorted(job.glob("search-*"))] if has_database(f)]
+
+
+def recover_jobs(database_dir: Path) -> int:
+    """Merge the records of tuning jobs that died (killed, power lost) into ``database_dir`` and
+    remove their folders; returns the number of records recovered."""
+    recovered = 0
+    for job in leftover_jobs(database_dir):
+        sources = job_databases(job)
+        if sources:
+            merged = merge_folders(sources, database_dir)
+            count = sum(merged.added.values())
+            recovered += count
+            log.warning("recovered %d record(s) from an interrupted tuning job (%s) into %s",
+                        count, job.name, database_dir)
+        shutil.rmtree(job, ignore_errors=True)
+    return recovered
+
+
+# --- what `tvmfuse db` reports -------------------------------------------------------------
+
+
+def stats(db: Database, target: dict | None = None) -> dict:
+    """Workloads, records (failed ones, per target, foreign to ``target``), best times and the
+    problems of ``db``, with leftover tuning jobs and quarantined lines of its folder."""
+    targets: dict[str, int] = {}
+    for record in db.records:
+        summary = target_summary(db.target_of(record))
+        targets[summary] = targets.get(summary, 0) + 1
+    foreign = 0 if target is None else sum(
+        not same_target(db.target_of(r), target) for r in db.records)
+    best = db.best_seconds()
+    return {
+        "folder": str(db.folder),
+        "workloads": len(db.workloads),
+        "records": len(db.records),
+        "failed_records": sum(db.failed(r) for r in db.records),
+        "workloads_with_a_working_record": len(best),
+        "targets": targets,
+        "foreign_records": foreign,
+        "problems": [str(p) for p in db.problems],
+        "leftover_jobs": [job.name for job in leftover_jobs(db.folder)],
+        "quarantined_lines": quarantined(db.folder),
+        "best_ms": {str(i): round(s * 1e3, 4) for i, s in sorted(best.items())},
+    }
+
+
+def replay(db: Database) -> list[str]:
+    """Every record whose trace does not replay on its workload (a record of another TVM, or
+    attached to the wrong workload), named by its workload and record position. Loads TVM."""
+    from tvm import s_tir  # noqa: PLC0415 - only this check needs TVM; `db stats` stays light
+    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
+
+    failures = []
+    workloads: dict[int, object] = {}
+    for number, (index, body) in enumerate(db.records, 1):
+        try:
+            if index not in workloads:
+                workloads[index] = ms.database.Workload.from_json(db.workloads[index])
+            record = ms.database.TuningRecord.from_json(body, workloads[index])
+            record.trace.apply_to_schedule(s_tir.Schedule(workloads[index].mod),
+                                           remove_postproc=True)
+        except Exception as err:  # noqa: BLE001 - any failure is the finding
+            from ..errors import one_line  # noqa: PLC0415
+
+            failures.append(f"record {number} (workload {index}): its trace does not replay "
+                            f"({one_line(err, 160)})")
+    return failures

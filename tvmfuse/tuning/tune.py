@@ -15,8 +15,14 @@ the database is not measured again).
 3. **Search**, one task at a time (MetaSchedule's task scheduler commits nothing until it has been
    round every task once: 15 minutes without a record on ResNet-50 here), with a progress bar.
 
-Each job writes a private folder that is merged into the database under its lock when the job
-ends, Ctrl-C included: finished records are kept and a re-run resumes.
+Each job writes every record it measures at once into a private folder (seeds, and one database
+per searched task), merged into the database under its lock when the job ends, Ctrl-C and
+SIGTERM included. A job killed outright (``kill -9``, power lost) leaves its folder, locked only
+while the job lives: the next job on that database, or ``tvmfuse db check``/``recover``, merges
+it and says so. Either way finished records are kept and a re-run resumes.
+
+The database is read through :func:`tvmfuse.tuning.database.usable` (corrupt lines and other
+targets' records skipped, as a build skips them), never handed to MetaSchedule as it is.
 
 Measured here: MetaSchedule's default builder re-imports ``tvm.s_tir.tensor_intrin`` in every
 worker (about 22 s on this 2-core machine) and times out; the builder below imports it once per
@@ -33,10 +39,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import tvm
+from tqdm import tqdm
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.analysis import estimate_tir_flops
+from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+from .. import env, names, strategy
+from ..compiler import BuildOptions, analyze
 from ..errors import TvmfuseError
-from ..passes.apply_schedule_rules import SCHEDULE_ATTR, ApplyScheduleRules
-from . import database
+from ..frontend import ImportedModel
+from ..passes.apply_schedule_rules import ApplyScheduleRules
+from ..profile import param_specs, random_args
 from ..remote import Remote, SharedLibraryExport
+from ..targets import TargetSpec
+from . import database, lookup
 
 log = logging.getLogger(__name__)
 
@@ -74,15 +91,50 @@ def _import_tensor_intrin() -> None:
     import tvm.s_tir.tensor_intrin  # noqa: F401, PLC0415
 
 
+def tune_model(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, trials: int,
+               trials_per_iter: int = 4, top_k: int | None = None, budget_s: float | None = None,
+               retune: bool = False, only: list[str] | None = None, progress: bool = True,
+               rpc: str | None = None):
+    """Tune ``model``'s fused kernels (or ``only`` the named ones) for ``target`` into
+    ``options.database`` (default: the user's database of the target,
+    :func:`tvmfuse.tuning.lookup.user_database`): hand-written seeds for every kernel, then a
+    MetaSchedule search of ``trials`` over the ``top_k`` kernels that take the most time, within
+    ``budget_s``. ``rpc`` (``HOST:PORT:KEY``) measures on a device registered with an RPC
+    tracker instead of here. Returns the database folder and the task plans."""
+    remote = Remote.parse(rpc) if rpc is not None else None
+    if remote is None and target.why_not_runnable() is not None:
+        raise TvmfuseError(f"cannot tune for {target.name} here: {target.why_not_runnable()}; "
+                           f"measure on a device with --rpc HOST:PORT:KEY")
+    emulated = remote is not None and remote.emulated
+    database_dir = options.database or lookup.user_database(target, emulated)
+    if emulated:
+        own = {lookup.user_database(target).resolve(), (env.SHIPPED_TUNING_LOGS / target.key
+                                                        ).resolve()}
+        if database_dir.resolve() in own:
+            raise TvmfuseError(f"{remote.key} is an emulator: records measured there must not go "
+                               f"into {target.name}'s database {database_dir}; leave --db out "
+                               f"(they go to {lookup.user_database(target, True)})")
+        log.warning("tuning on %s, an emulator: its times say nothing about %s's speed, and the "
+                    "records go to %s, which builds never apply unless given with --db",
+                    remote.key, target.name, database_dir)
+    if remote is not None:
+        remote.check_reachable()
+    mod, _ = analyze(model, target, BuildOptions(fusion_rules=options.fusion_rules,
+                                                 use_database=False))
+    with target.tvm_target():
+        plans = tune(mod, target.tvm_target(), database_dir, trials=trials,
+                     scheduler=strategy.scheduler(target), trials_per_iter=trials_per_iter,
+                     top_k=top_k, budget_s=budget_s, retune=retune, only=only,
+                     progress=progress, remote=remote, cross_cc=target.cross_cc)
+    return database_dir, plans
+
+
 def plan_tasks(mod, target, database_):
     """The tasks of ``mod`` (a module after FuseTIR), largest share of FLOPs first, with plans."""
-    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
-    from tvm.s_tir.analysis import estimate_tir_flops  # noqa: PLC0415
-
     tasks = []
     for task in ms.relax_integration.extract_tasks(mod, target):
         func = task.dispatched[0]["main"]
-        if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False):
+        if func.attrs is not None and func.attrs.get(names.IS_SCHEDULED, False):
             # a kernel written scheduled (FuseAttention's): it has no blocks to search over
             log.info("%s is a hand-written kernel, not searched", task.task_name)
         else:
@@ -107,41 +159,53 @@ def tune(mod, target, database_dir: Path, *, trials: int, scheduler: ApplySchedu
     rules as the build does; ``only`` restricts the run to the named kernels; ``remote`` measures
     on an RPC device (candidates linked here, with ``cross_cc`` when the device needs it).
     Returns the plans."""
-    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
-
+    database_dir = Path(database_dir)
     database_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    existing = ms.database.JSONDatabase(work_dir=str(database_dir))
+    database.recover_jobs(database_dir)  # records of jobs that were killed: the resume starts there
+    existing = _existing(database_dir, target)
     tasks, plans = plan_tasks(mod, target, existing)
     if only is not None:
         unknown = sorted(set(only) - {p.name for p in plans})
         if unknown:
             raise TvmfuseError(f"no kernel named {unknown[0]!r} to tune; kernels are: "
                                f"{', '.join(p.name for p in plans)}")
-    staging = Path(tempfile.mkdtemp(prefix=".tune-", dir=database_dir))
-    try:
-        job = ms.database.JSONDatabase(work_dir=str(staging))
-        measure = Measure(remote, cross_cc)  # one RPC session for every seed
-        for task, plan in zip(tasks, plans):
-            if only is None or plan.name in only:
-                plan.seconds = _seed(task, plan, target, scheduler, existing, job, measure)
-        _plan_search(plans, trials, top_k, retune, only, trials_per_iter)
-        _log_plan(plans, budget_s)
-        _search([(t, p) for t, p in zip(tasks, plans) if p.trials], target, database_dir, job,
-                trials_per_iter, started, budget_s, progress, _runner(remote, cross_cc))
-    finally:
-        added = _merge_staging(staging, database_dir)
-        log.info("tuned for %.0f s; %d record(s) added to %s", time.perf_counter() - started,
-                 added, database_dir)
+    with database.job_folder(database_dir) as staging:
+        try:
+            job = ms.database.JSONDatabase(work_dir=str(staging))
+            measure = Measure(remote, cross_cc)  # one RPC session for every seed
+            for task, plan in zip(tasks, plans):
+                if only is None or plan.name in only:
+                    plan.seconds = _seed(task, plan, target, scheduler, existing, job, measure)
+            _plan_search(plans, trials, top_k, retune, only, trials_per_iter)
+            _log_plan(plans, budget_s)
+            _search([(t, p) for t, p in zip(tasks, plans) if p.trials], target, staging, job,
+                    trials_per_iter, started, budget_s, progress, _runner(remote, cross_cc))
+        finally:
+            added = _merge_staging(staging, database_dir)
+            log.info("tuned for %.0f s; %d record(s) added to %s",
+                     time.perf_counter() - started, added, database_dir)
     return plans
+
+
+def _existing(database_dir: Path, target):
+    """What ``database_dir`` holds for ``target``, as MetaSchedule reads it: a clean copy (corrupt
+    lines and other targets' records left out, as a build leaves them out) in memory."""
+    found = ms.database.MemoryDatabase()
+    if not database.has_database(database_dir):
+        return found
+    with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:
+        clean = database.usable(database_dir, dict(target.export()), Path(scratch))
+        if clean is not None:
+            for record in ms.database.JSONDatabase(work_dir=str(clean)).get_all_tuning_records():
+                _copy_record(record, found)
+    return found
 
 
 def _seed(task, plan: TaskPlan, target, scheduler: ApplyScheduleRules, existing, job,
           measure: Measure) -> float | None:
     """Measure the task's best existing record, or seed it with the hand-written schedule.
     Returns seconds per launch (None when neither exists or it cannot run here)."""
-    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
-
     workload = task.dispatched[0]
     record = existing.query_tuning_record(workload, target, task.task_name)
     if record is not None:
@@ -161,7 +225,7 @@ def _seed(task, plan: TaskPlan, target, scheduler: ApplyScheduleRules, existing,
 
 def is_seed(trace) -> bool:
     """Whether a record's trace is a hand-written seed (annotated by :func:`hand_written`)."""
-    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == SCHEDULE_ATTR
+    return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == names.SCHEDULE
                for inst in trace.insts)
 
 
@@ -172,7 +236,7 @@ def hand_written(func, target, scheduler: ApplyScheduleRules):
     if found is None:
         return None
     name, sch = found
-    sch.annotate(sch.get_sblock("root"), SCHEDULE_ATTR, name)
+    sch.annotate(sch.get_sblock("root"), names.SCHEDULE, name)
     return sch
 
 
@@ -184,12 +248,6 @@ class Measure:
         self.remote, self.cross_cc, self._session = remote, cross_cc, None
 
     def __call__(self, func, target) -> float:
-        import tvm  # noqa: PLC0415
-
-        from ..profile import param_specs, random_args  # noqa: PLC0415
-
-        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # noqa: PLC0415
-
         # as MetaSchedule's builder does: weights arrive packed (the build packs them once), so
         # the packing block is not timed
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(
@@ -212,8 +270,6 @@ class Measure:
 
 
 def _runner(remote: Remote | None, cross_cc: str | None):
-    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
-
     if remote is None:
         return ms.runner.LocalRunner(timeout_sec=60), None
     return ms.runner.RPCRunner(remote.runner_config()), SharedLibraryExport(cross_cc)
@@ -259,12 +315,10 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started: float,
+def _search(todo, target, staging: Path, job, trials_per_iter: int, started: float,
             budget_s: float | None, progress: bool, runner_and_export) -> None:
-    """MetaSchedule's evolutionary search, one task at a time, within the budget."""
-    from tqdm import tqdm  # noqa: PLC0415
-    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
-
+    """MetaSchedule's evolutionary search, one task at a time, within the budget; each task's
+    search writes into a folder of its own inside the job's ``staging`` folder."""
     total = sum(p.trials for _, p in todo)
     if not total:
         return
@@ -285,7 +339,8 @@ def _search(todo, target, database_dir: Path, job, trials_per_iter: int, started
                 trials = max(trials_per_iter, min(trials, affordable * trials_per_iter))
             bar.set_postfix_str(plan.name[:40])
             task_start = time.perf_counter()
-            search_task(task, database_dir, job, trials, trials_per_iter, runner_and_export)
+            search_task(task, staging / f"search-{done:05d}", job, trials, trials_per_iter,
+                        runner_and_export)
             searching += time.perf_counter() - task_start
             done += trials
             per_trial = searching / done
@@ -304,16 +359,19 @@ def search_task(task, work_dir: Path, database, trials: int, trials_per_iter: in
     candidates, built with the builder this machine needs (module docstring), measured by the
     runner of :func:`_runner` (here by default), committed to ``database``.
 
+    The search commits every measured candidate at once to a JSON database in ``work_dir``
+    (its own folder: a killed job's records are found there), copied to ``database`` when it
+    ends.
+
     The search's population starts from the searched records ``database`` already holds for the
     task, not from the hand-written seeds: a seed's trace has no sampled decisions for the search
     to mutate, and replaying it under MetaSchedule's RewriteLayout postprocessor fails (the seed
     has packed its weights already, and RewriteLayout would pack the packed buffer again). Seeds
     and searched records meet in ``database``, where the build takes the fastest."""
-    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
-
     runner, export = runner_and_export or _runner(None, None)
     workload = database.commit_workload(task.dispatched[0])
-    search = ms.database.MemoryDatabase()
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    search = ms.database.JSONDatabase(work_dir=str(work_dir))
     for record in database.get_top_k(workload, 64):
         if not is_seed(record.trace):
             _copy_record(record, search)
@@ -333,8 +391,6 @@ def search_task(task, work_dir: Path, database, trials: int, trials_per_iter: in
 
 
 def _copy_record(record, database) -> None:
-    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
-
     database.commit_tuning_record(ms.database.TuningRecord(
         record.trace, database.commit_workload(record.workload.mod), record.run_secs,
         record.target, record.args_info))
@@ -346,8 +402,6 @@ def _tune_context(task):
     Not ``relax_integration.extracted_tasks_to_tune_contexts``: it reconfigures Python logging
     globally (``dictConfig``) from the handlers it finds on MetaSchedule's logger, and fails on
     one without a name (seen in a test process after an RPC tuning run)."""
-    from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
-
     return ms.TuneContext(mod=task.dispatched[0], target=task.target,
                           space_generator="post-order-apply", search_strategy="evolutionary",
                           task_name=task.task_name, logger=_SEARCH_LOG, num_threads="physical"
@@ -355,9 +409,9 @@ def _tune_context(task):
 
 
 def _merge_staging(staging: Path, database_dir: Path) -> int:
-    try:
-        if not database.has_database(staging):
-            return 0
-        return sum(database.merge_folders([staging], database_dir).added.values())
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    """Merge what the job wrote (its seeds and every task's search) into the database and remove
+    the job's folder; a merge that fails leaves the folder for :func:`database.recover_jobs`."""
+    sources = database.job_databases(staging)
+    added = sum(database.merge_folders(sources, database_dir).added.values()) if sources else 0
+    shutil.rmtree(staging, ignore_errors=True)
+    return added

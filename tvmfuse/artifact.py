@@ -1,0 +1,135 @@
+"""The build folder: the library, ``manifest.json`` and ``check.npz``, written beside their final
+place and swapped in only when whole (and, when asked, verified), so a failed build leaves an
+earlier one untouched. :mod:`tvmfuse.runtime` reads what this writes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from . import __version__, runtime
+from .errors import TvmfuseError
+from .tuning import database as tuning_db
+
+if TYPE_CHECKING:  # the CLI checks -o with this module before torch and TVM are loaded
+    from .compiler import Compiled
+    from .frontend import ImportedModel
+
+log = logging.getLogger(__name__)
+
+
+def check_destination(out_dir: str | Path) -> Path:
+    """``out_dir`` if a build can be written there, else a TvmfuseError saying why: checked
+    before compiling, so a bad ``-o`` costs no compile."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise TvmfuseError(f"{out_dir} is a file, not a folder; choose another -o")
+    if out_dir.is_dir() and not (out_dir / runtime.MANIFEST).is_file():
+        raise TvmfuseError(f"{out_dir} exists and is not a tvmfuse build; choose another -o")
+    parent = out_dir.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK | os.X_OK) or (
+            out_dir.exists() and not os.access(out_dir.parent, os.W_OK | os.X_OK)):
+        raise TvmfuseError(f"cannot write into {parent}: permission denied; choose another -o")
+    return out_dir
+
+
+def build(compiled: Compiled, out_dir: str | Path,
+          check: Callable[[Path], object] | None = None) -> Path:
+    """Write the deployable library and its ``manifest.json`` into ``out_dir``.
+
+    The folder is written beside its final place and swapped in at the end, after ``check``
+    (called with the staged folder, e.g. to verify it) has returned, so a failed build or check
+    leaves any earlier build there untouched.
+    """
+    out_dir = check_destination(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    staging.chmod(0o755)  # mkdtemp's 0700 would hide the build from other users
+    try:
+        compiled.target.export(compiled.executable, str(staging / runtime.LIBRARY))
+        _write_check(compiled.model, staging / runtime.CHECK)
+        manifest = _manifest(compiled, staging)
+        (staging / runtime.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        if check is not None:
+            check(staging)
+        _swap_in(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("wrote %s", out_dir)
+    return out_dir
+
+
+def _write_check(model: ImportedModel, path: Path) -> None:
+    """Save the example inputs and the reference's outputs on them, for ``tvmfuse run --check``
+    on a device that has no PyTorch."""
+    if model.reference is None:
+        return
+    outputs = model.reference(*model.example_inputs)
+    np.savez(path, **{f"input:{s.name}": a for s, a in zip(model.inputs, model.example_inputs)},
+             **{f"output:{s.name}": a for s, a in zip(model.outputs, outputs)})
+
+
+def _swap_in(staging: Path, out_dir: Path) -> None:
+    if out_dir.exists() and not (out_dir / runtime.MANIFEST).is_file():
+        raise TvmfuseError(f"{out_dir} exists and is not a tvmfuse build; choose another -o")
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+        out_dir.rename(old)
+    staging.rename(out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _manifest(compiled: Compiled, folder: Path) -> dict:
+    import tvm  # noqa: PLC0415 - see the TYPE_CHECKING imports
+
+    model, target = compiled.model, compiled.target
+    return {
+        "tvmfuse_version": __version__,
+        "tvm_version": tvm.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "model": {"source": model.source, "kind": model.kind},
+        "target": {"name": target.name, "key": target.key, "config": target.config,
+                   "description": target.description},
+        "library": runtime.LIBRARY,
+        # what runtime.load checks before it maps the files (a truncated library is a SIGBUS)
+        "files": {name: runtime.file_digest(folder / name)
+                  for name in (runtime.LIBRARY, runtime.CHECK) if (folder / name).is_file()},
+        "inputs": [s.to_json() for s in model.inputs],
+        "outputs": [s.to_json() for s in model.outputs],
+        "kernels": len(compiled.analysis.kernels),
+        "fusion_groups": [g.to_json() for g in compiled.analysis.groups],
+        "database": _database_json(compiled.analysis.databases),
+        "databases": [_database_json((d,)) for d in compiled.analysis.databases],
+        "untuned_kernels": (sorted(set(compiled.analysis.untuned))
+                            if compiled.analysis.databases else None),
+        # Kernel -> "tuned", the hand-written schedule rule ("cpu.conv2d"), or "default".
+        "implementations": dict(sorted(compiled.analysis.implementations.items())),
+        "compile_seconds": round(compiled.seconds, 2),
+    }
+
+
+def _database_json(databases: tuple[Path, ...]) -> dict | None:
+    """The first database a build applied (the user's where there are two), with its digest."""
+    if not databases:
+        return None
+    digest = hashlib.sha256()
+    for name in tuning_db.FILES:
+        digest.update((databases[0] / name).read_bytes())
+    return {"path": str(databases[0]), "sha256": digest.hexdigest()}

@@ -1,0 +1,80 @@
+"""The TVM engines: ``tvmfuse`` (the build), ``tvmfuse-unfused`` (its own fusion rules off, the
+same layouts, schedules and database: what fusion alone is worth) and ``stock-tvm`` (TVM's
+default pipeline on the same Relax module, with the same database)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from . import BenchContext, Engine, Unavailable, register
+
+
+def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -> Engine:
+    import tvm  # noqa: PLC0415 - engines load their framework when prepared (see the package)
+    from tvm import relax  # noqa: PLC0415
+
+    from ...runtime import to_numpy  # noqa: PLC0415
+
+    device = ctx.target.device_here()
+    vm = relax.VirtualMachine(executable, device)
+    args = [tvm.runtime.tensor(a, device) for a in ctx.inputs]
+    main = vm["main"]
+
+    def run():
+        main(*args)
+        device.sync()
+
+    return Engine(name, run, lambda: to_numpy(main(*args)), 0.0, kernels)
+
+
+@register("tvmfuse-unfused", name="tvmfuse-unfused", fusion=False)
+@register("tvmfuse")  # decorators run from the bottom: tvmfuse is registered first
+def _tvmfuse(ctx: BenchContext, name: str = "tvmfuse", fusion: bool = True) -> Engine:
+    """tvmfuse's build; ``fusion=False`` (the ``tvmfuse-unfused`` engine) turns its own fusion
+    rules off and keeps the same layouts, schedules and database."""
+    from ... import compiler  # noqa: PLC0415
+
+    _check_tvm_precision(ctx)
+    options = replace(ctx.build_options, dtype=ctx.dtype, fusion=fusion)
+    compiled = compiler.compile_model(ctx.model, ctx.target, options)
+    return _tvm_engine(name, compiled.executable, ctx, len(compiled.analysis.kernels))
+
+
+def _check_tvm_precision(ctx: BenchContext) -> None:
+    from ...pipeline import PRECISIONS  # noqa: PLC0415
+
+    if ctx.dtype not in PRECISIONS:
+        raise Unavailable(f"TVM's ToMixedPrecision converts to float16 only, not {ctx.dtype}")
+
+
+@register("stock-tvm")
+def _stock_tvm(ctx: BenchContext) -> Engine:
+    """TVM's own default build of the same Relax module (`tvm.compile` with the target's default
+    pipeline), with the same tuning databases applied after its FuseTIR when there are any."""
+    import tvm  # noqa: PLC0415
+    from tvm import relax  # noqa: PLC0415
+
+    from ... import pipeline  # noqa: PLC0415
+    from ...errors import one_line  # noqa: PLC0415
+    from ...report import stock_kernel_calls  # noqa: PLC0415
+    from ...tuning import database as tuning_db  # noqa: PLC0415
+    from ...tuning import lookup  # noqa: PLC0415
+
+    _check_tvm_precision(ctx)
+    mod = ctx.model.mod
+    if ctx.dtype != "float32":
+        try:
+            mod = relax.transform.ToMixedPrecision(out_dtype=ctx.dtype)(mod)
+        except tvm.error.TVMError as err:  # e.g. a clip's scalar bounds (MobileNetV2's ReLU6)
+            raise Unavailable(f"TVM's ToMixedPrecision fails on this model: {one_line(err)}") \
+                from None
+    target = ctx.target.tvm_target()
+    options = ctx.build_options
+    databases = lookup.build_databases(ctx.target, options.database, options.use_database)
+    with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:
+        database = tuning_db.usable(databases, ctx.target.config, Path(scratch))
+        executable = tvm.compile(mod, target=target,
+                                 relax_pipeline=pipeline.stock(target, database))
+    return _tvm_engine("stock-tvm", executable, ctx, len(stock_kernel_calls(mod, target)))

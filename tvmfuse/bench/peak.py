@@ -1,0 +1,75 @@
+"""The machine's practical fp32 peak, against which `tvmfuse bench --peak` reports each engine."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import tvm
+from tvm import s_tir, te, tirx
+
+
+def measure_peak_gflops(target, threads: int) -> float:
+    """The target's practical fp32 peak here, in GFLOP/s.
+
+    CPUs: a kernel of nothing but FMAs, generated for ``target`` (``target.vector``): each
+    thread keeps 16 independent vector accumulators (enough chains to hide the FMA latency on
+    both pipes) through a long loop; 545 GFLOP/s on this 2-core Zen 5 (272 a core: 2 AVX-512
+    FMA pipes at about 4.25 GHz). PyTorch's large sgemm, the measure before, ran at 220 here,
+    below what tvmfuse's and ONNX Runtime's convs reach. CUDA: the best of 10 strict fp32
+    (no TF32) PyTorch sgemms of 8192^3.
+    """
+    if target.is_gpu:
+        return _cuda_sgemm_gflops(8192)
+    return _fma_loop_gflops(target, threads)
+
+
+def _fma_loop_gflops(target, threads: int, chains: int = 16, steps: int = 200_000) -> float:
+    library, args = fma_loop(target, threads, chains, steps)
+    seconds = min(library.time_evaluator("main", tvm.cpu(), number=3, repeat=5)(*args).results)
+    lanes = args[0].shape[-1]
+    return 2 * threads * chains * lanes * steps / seconds / 1e9
+
+
+def fma_loop(target, threads: int, chains: int = 16, steps: int = 200_000):
+    """The FMA-only kernel :func:`measure_peak_gflops` times, built for ``target``: the library
+    and its arguments (``b``, then the accumulators written at the end)."""
+    lanes = target.vector.lanes if target.vector is not None else 1
+    # acc = acc * 0.999 + b, a reduction TE can express: one FMA per step
+    decay = te.comm_reducer(lambda acc, b: acc * tirx.const(0.999, "float32") + b,
+                            lambda dtype: tirx.const(0.0, dtype), name="decay")
+    b = te.placeholder((threads, chains, lanes), name="b")
+    step = te.reduce_axis((0, steps), name="step")
+    acc = te.compute((threads, chains, lanes), lambda t, c, v: decay(b[t, c, v], axis=step),
+                     name="acc")
+    sch = s_tir.Schedule(te.create_prim_func([b, acc]))
+    block = sch.get_sblock("acc")
+    registers = sch.cache_write(block, 0, "local")
+    thread, chain, lane, reduction = sch.get_loops(block)
+    sch.reorder(thread, reduction, chain, lane)
+    sch.parallel(thread)
+    sch.unroll(chain)
+    sch.vectorize(lane)
+    sch.reverse_compute_at(registers, thread)
+    sch.decompose_reduction(block, reduction)
+    library = tvm.compile(sch.mod, target=target.tvm_target())
+    device = tvm.cpu()
+    args = [tvm.runtime.tensor(np.full((threads, chains, lanes), 1e-3, "float32"), device),
+            tvm.runtime.tensor(np.zeros((threads, chains, lanes), "float32"), device)]
+    return getattr(library, "mod", library), args
+
+
+def _cuda_sgemm_gflops(size: int, repeat: int = 10) -> float:
+    import torch  # noqa: PLC0415
+
+    a, b = torch.randn(size, size, device="cuda"), torch.randn(size, size, device="cuda")
+    torch.mm(a, b)  # TF32 is off: bench.session turns it off for CUDA runs
+    torch.cuda.synchronize()
+    best = math.inf
+    for _ in range(repeat):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9

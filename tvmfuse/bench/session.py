@@ -1,0 +1,100 @@
+"""One benchmark run: every engine prepared on the same model and inputs, timed side by side in
+interleaved rounds (:mod:`.measure`), its outputs checked against the float32 reference, into one
+:class:`~.report.Report`. Also the shorter comparison of ``tvmfuse build --bench``: the built
+library against the model's reference."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from ..errors import TvmfuseError
+from ..frontend import ImportedModel, count_flops
+from ..targets import TargetSpec
+from ..verify import relative_error
+from . import engines as engines_
+from .measure import Latency, cuda_event_timer, measure, wall_clock_ms
+from .peak import measure_peak_gflops
+from .report import Report, Result
+
+log = logging.getLogger(__name__)
+
+
+def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, options,
+          threads: int, repeat: int, max_seconds: float, peak: bool,
+          dtype: str = "float32") -> Report:
+    """Time ``engines`` side by side on ``model``'s example inputs (``options``: the
+    :class:`tvmfuse.compiler.BuildOptions` of the TVM engines).
+
+    Every engine computes in ``dtype`` (float32, float16, bfloat16); its outputs are compared
+    with the float32 reference (PyTorch eager, or ONNX Runtime for an ONNX file). Engines that
+    cannot run here are skipped with the reason in the report.
+    """
+    # Read when TVM's pool starts: the CLI runs this before any kernel has run. Unpinned: this
+    # process also hosts PyTorch's and ONNX Runtime's pools, and with TVM's workers bound to
+    # cores the FMA peak measured 269-273 GFLOP/s (one core's worth) in 2 of 3 runs and ONNX
+    # Runtime's ResNet-50 35 ms in one (19 ms otherwise); unpinned, 509-556 in 7 of 7 runs.
+    os.environ["TVM_NUM_THREADS"] = str(threads)
+    os.environ.setdefault("TVM_BIND_THREADS", "0")
+    torch.set_num_threads(threads)
+    ctx = engines_.BenchContext(
+        model=model, target=target, inputs=model.example_inputs, threads=threads,
+        build_options=options, torch_module=model.torch_module,
+        onnx_path=Path(model.source) if model.kind == "onnx" else None, dtype=dtype,
+    )
+    references = model.reference(*model.example_inputs)
+    flops = count_flops(model)
+    if target.is_gpu and ctx.torch_module is not None:
+        # Strict fp32 on both sides: cuDNN and cuBLAS would otherwise use TF32.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        ctx.torch_module = ctx.torch_module.to("cuda")
+    report = Report(
+        model=model.source, target=target.name, threads=threads,
+        batch=next((d for d in model.inputs[0].shape[:1] if isinstance(d, int)), None),
+        dtype=dtype, flops=flops,
+        peak_gflops=measure_peak_gflops(target, threads) if peak else None,
+    )
+    prepared = {}
+    for name in engines:
+        log.info("preparing %s", name)
+        try:
+            prepared[name] = engines_.prepare(name, ctx)
+        except engines_.Unavailable as why:
+            log.warning("skipping %s: %s", name, why)
+            report.skipped[name] = str(why)
+    if not prepared:
+        raise TvmfuseError("no engine could be prepared; see the warnings above")
+    log.info("timing %s in interleaved rounds", ", ".join(prepared))
+    if target.is_gpu:
+        report.timer, timer = "cuda-events", cuda_event_timer()
+    else:
+        timer = wall_clock_ms
+    latencies = measure({n: e.run for n, e in prepared.items()}, repeat=repeat,
+                        warmup=2, max_seconds=max_seconds, timer=timer)
+    for latency in latencies:
+        engine = prepared[latency.engine]
+        errors = [relative_error(o, r) for o, r in zip(engine.outputs(), references)]
+        report.results.append(Result(
+            latency.engine, latency.median_ms, latency.min_ms, latency.max_ms,
+            len(latency.times_ms), round(engine.setup_seconds, 2), max(errors, default=None),
+            engine.kernels,
+        ))
+    report.finish()
+    return report
+
+
+def against_reference(deployed, model: ImportedModel, target: TargetSpec,
+                      repeat: int) -> list[Latency]:
+    """``tvmfuse build --bench``: the built library and the model's reference (PyTorch or ONNX
+    Runtime) timed in interleaved rounds, tvmfuse first."""
+    engines = {"tvmfuse": deployed.runner(model.example_inputs)}
+    if model.reference is not None:
+        if model.reference_name == "pytorch":
+            torch.set_num_threads(target.config.get("num-cores", torch.get_num_threads()))
+        engines[model.reference_name] = lambda: model.reference(*model.example_inputs)
+    log.info("timing %s: %d interleaved rounds after a warm-up", ", ".join(engines), repeat)
+    return measure(engines, repeat=repeat)

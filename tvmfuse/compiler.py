@@ -1,0 +1,252 @@
+"""Compiling: the build options, running the pipeline on an imported model (with what it learns
+of the model on the way: kernels, fusion groups, implementations), and TVM's build of the result.
+
+Writing the build folder is :mod:`tvmfuse.artifact`'s job; which tuning database applies is
+:mod:`tvmfuse.tuning.lookup`'s.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import tvm
+
+from . import names, pipeline, profile, report, strategy
+from .errors import CompileError, TvmfuseError, one_line
+from .frontend import ImportedModel
+from .profile import Kernel
+from .report import FusionGroup, Summary
+from .rules import FUSION_RULES, load_rules
+from .targets import TargetSpec
+from .tuning import database as tuning_db
+from .tuning import lookup
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How to compile: the CLI fills this in, the pipeline reads it.
+
+    ``database`` is a MetaSchedule JSON database folder; ``None`` takes the target's databases
+    (the user's records over the shipped ones: :mod:`tvmfuse.tuning.lookup`) when they hold
+    records, and ``use_database=False`` applies none at all.
+    ``fusion_rules`` is a rules file over the shipped defaults (see :mod:`tvmfuse.rules`).
+    ``dtype`` is the precision the kernels compute in: float32, or float16 (TVM's
+    ToMixedPrecision after the folds; inputs and outputs stay float32). ``fusion=False`` turns
+    tvmfuse's own fusion rules off (:data:`tvmfuse.rules.FUSION_RULES`) and keeps the rest: the
+    "fusion alone" baseline, same layouts and schedules, TVM's FuseOps only.
+    """
+
+    database: Path | None = None
+    use_database: bool = True
+    dump_ir: Path | None = None
+    fusion_rules: Path | None = None
+    verify_fusion: bool = False
+    dtype: str = "float32"
+    fusion: bool = True
+
+
+@dataclass
+class Analysis:
+    """What the pipeline made of a model up to FuseTIR: its kernels and fusion groups."""
+
+    kernels: list[str]
+    groups: list[FusionGroup]
+    phase_seconds: dict[str, float]
+    summary: Summary | None = None
+    #: The tuning databases the run applied, the first one's records first (resolved only by
+    #: runs that reach the schedules).
+    databases: tuple[Path, ...] = ()
+    #: Kernel -> the implementation it got (filled by runs that reach the schedule phase; see
+    #: strategy.implementations): "tuned", "seed:cpu.conv2d", "cpu.conv2d", "default", ...
+    implementations: dict[str, str] = field(default_factory=dict)
+    #: Kernel -> its FLOPs per launch and parameter shapes (see tvmfuse.profile).
+    kernel_info: dict[str, Kernel] = field(default_factory=dict)
+    #: Kernels a pass wrote already scheduled (the fused attention): nothing for MetaSchedule to
+    #: search, as ``tvmfuse tune`` also tells them, by their ``tirx.is_scheduled`` attribute.
+    written_scheduled: set[str] = field(default_factory=set)
+
+    @property
+    def database(self) -> Path | None:
+        """The first database the run applied (the user's, where there are two), or None."""
+        return self.databases[0] if self.databases else None
+
+    @property
+    def tuned(self) -> set[str]:
+        """Kernels whose schedule came from the tuning database (searched or seeded)."""
+        return {kernel for kernel, impl in self.implementations.items()
+                if impl == strategy.TUNED or impl.startswith(f"{strategy.DATABASE_SEED}:")}
+
+    @property
+    def untuned(self) -> list[str]:
+        """Kernel launches without a database record, in order (kernels written scheduled, such
+        as the fused attention, have no search space and are not counted)."""
+        tuned = self.tuned
+        return [k for k in self.kernels if k not in tuned and k not in self.written_scheduled]
+
+    def observe(self, name: str, mod: tvm.IRModule) -> None:
+        """Read what phase ``name`` tells of the model off its output ``mod``."""
+        if name == "verify_fusion":  # the groups that survived the numeric gate, if it ran
+            self.groups.extend(report.fusion_groups(mod))
+        elif name == "fuse_tir":
+            self.kernels.extend(report.kernel_calls(mod))
+            self.summary = report.summarize(mod)
+            self.kernel_info.update(profile.kernels(mod))
+            self.written_scheduled.update(
+                gvar.name_hint for gvar, func in mod.functions.items()
+                if isinstance(func, tvm.tirx.PrimFunc) and func.attrs is not None
+                and func.attrs.get(names.IS_SCHEDULED, False))
+        elif name == "schedule":
+            self.implementations.update(strategy.implementations(mod))
+        elif name == "prepack":  # packed weights: the kernels' parameters changed shape
+            for gvar, func in mod.functions.items():
+                kernel = self.kernel_info.get(gvar.name_hint)
+                if kernel is not None:
+                    self.kernel_info[gvar.name_hint] = replace(
+                        kernel, params=profile.param_specs(func))
+
+
+@dataclass
+class Compiled:
+    """A compiled model, not yet written anywhere."""
+
+    model: ImportedModel
+    target: TargetSpec
+    executable: object  # tvm.relax.Executable
+    analysis: Analysis
+    seconds: float
+
+    @property
+    def database(self) -> Path | None:
+        """The first tuning database the build applied (see :class:`Analysis`)."""
+        return self.analysis.database
+
+
+def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
+            until: str | None = "fuse_tir"):
+    """Run the pipeline on ``model`` up to ``until`` (None: all phases).
+
+    Returns the transformed module and an :class:`Analysis`. Writes the IR after each phase when
+    ``options.dump_ir`` is set, numbered as :data:`tvmfuse.pipeline.PHASES` numbers the phases.
+    """
+    analysis = Analysis([], [], {})
+    clock = [time.perf_counter()]
+
+    def on_phase(name, mod):
+        now = time.perf_counter()
+        analysis.phase_seconds[name] = now - clock[0]
+        clock[0] = now
+        analysis.observe(name, mod)
+        if options.dump_ir is not None:
+            (options.dump_ir / pipeline.dump_name(name)).write_text(mod.script(show_meta=False))
+
+    if options.dump_ir is not None:
+        options.dump_ir.mkdir(parents=True, exist_ok=True)
+        (options.dump_ir / pipeline.dump_name("import")).write_text(
+            model.mod.script(show_meta=False))
+    rules = load_rules(target.rules_section, options.fusion_rules)
+    if not options.fusion:
+        rules = {name: replace(rule, enabled=False) if name in FUSION_RULES else rule
+                 for name, rule in rules.items()}
+    # The database matters only to a run that reaches the schedule phases; resolving it reads
+    # and checks every record, so a run that stops before them skips it.
+    if pipeline.uses_database(until):
+        analysis.databases = lookup.build_databases(target, options.database,
+                                                    options.use_database)
+    with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:
+        # corrupt lines and other targets' records are left out of what the build applies
+        applied = tuning_db.usable(analysis.databases, target.config, Path(scratch))
+        pipeline_options = pipeline.PipelineOptions(rules, applied, options.verify_fusion,
+                                                    options.dtype)
+        mod = pipeline.run(model.mod, target, pipeline_options, until=until, on_phase=on_phase)
+    return mod, analysis
+
+
+def benefit(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> dict:
+    """Kernels and bytes moved for three pipelines side by side (every op its own kernel, TVM's
+    stock FuseOps, tvmfuse) and tvmfuse's fusion groups: what ``tvmfuse inspect`` reports."""
+    tvm_target = target.tvm_target()
+    _, analysis = analyze(model, target, options)
+    return {
+        "model": model.source,
+        "target": target.name,
+        "pipelines": {
+            "unfused": report.summarize(report.unfused(model.mod, tvm_target)).to_json(),
+            "stock": report.summarize(report.stock_fused(model.mod, tvm_target)).to_json(),
+            "tvmfuse": analysis.summary.to_json(),
+        },
+        "groups": [g.to_json() for g in analysis.groups],
+    }
+
+
+def profile_kernels(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> list[dict]:
+    """Build ``model`` and time each of its kernels alone on this machine (see
+    :mod:`tvmfuse.profile`): implementation, launches, ms per run and GFLOP/s, slowest first."""
+    reason = target.why_not_runnable()
+    if reason is not None:
+        raise TvmfuseError(f"cannot profile {target.name} here: {reason}")
+    compiled = compile_model(model, target, options)
+    analysis = compiled.analysis
+    times = profile.profile(compiled.executable, target.device_here(), analysis.kernels,
+                            analysis.implementations, analysis.kernel_info)
+    return [t.to_json() for t in times]
+
+
+def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> Compiled:
+    """Run the tvmfuse pipeline on ``model`` and build it for ``target``."""
+    log.info("compiling %s for %s (%s)", model.source, target.name, target.description)
+    start = time.perf_counter()
+    try:
+        lowered, analysis = analyze(model, target, options, until=None)
+        executable = tvm.compile(lowered, target=target.tvm_target(), relax_pipeline=None)
+    except CompileError as err:
+        raise TvmfuseError(f"TVM failed to compile {model.source} for {target.name}: {err}") \
+            from err
+    except TvmfuseError:
+        raise
+    except Exception as err:  # noqa: BLE001 - TVM raises builtin types from C++; one line for users
+        raise TvmfuseError(
+            f"TVM failed to compile {model.source} for {target.name}: {one_line(err)}"
+        ) from err
+    seconds = time.perf_counter() - start
+    if options.dump_ir is not None:
+        _dump_device_sources(executable, options.dump_ir)
+    log.info("compiled to %d kernel launches (%d fusion groups) in %.1f s",
+             len(analysis.kernels), len(analysis.groups), seconds)
+    _log_implementations(analysis)
+    return Compiled(model, target, executable, analysis, seconds)
+
+
+def _log_implementations(analysis: Analysis) -> None:
+    by_implementation = collections.Counter(analysis.implementations.get(k, strategy.DEFAULT)
+                                            for k in analysis.kernels)
+    log.info("implementations (kernel launches): %s",
+             ", ".join(f"{name} {n}" for name, n in by_implementation.most_common()))
+    if not analysis.databases:
+        log.info("no tuning database: kernels run with the schedules above")
+        return
+    untuned = analysis.untuned
+    seeds = sum(analysis.implementations.get(k, "").startswith(strategy.DATABASE_SEED)
+                for k in analysis.kernels)
+    log.info("tuning database %s: %d of %d kernel launches have a record (%d searched, %d "
+             "measured hand-written seeds); without one: %s",
+             " over ".join(map(str, analysis.databases)),
+             len(analysis.kernels) - len(untuned), len(analysis.kernels),
+             len(analysis.kernels) - len(untuned) - seeds, seeds,
+             ", ".join(sorted(set(untuned))) or "none")
+
+
+def _dump_device_sources(executable, folder: Path) -> None:
+    """Write the generated device code (CUDA C for GPU targets) beside the IR dumps."""
+    pending = list(executable.mod.imports)
+    while pending:
+        module = pending.pop()
+        pending.extend(module.imports)
+        if module.kind == "cuda":
+            (folder / "kernels.cu").write_text(module.inspect_source())

@@ -1,0 +1,34 @@
+"""Names the IR carries between passes, schedules, tuning and reports, spelled once.
+
+Attributes are set by one side and read by another (a pass and a schedule, a schedule and the
+build report, a seed record and ``tvmfuse tune``); a typo on either side would fail silently, so
+both import the name from here. No TVM import: the values are plain strings and integers.
+"""
+
+#: PrimFunc attribute: the hand-written rule that scheduled a kernel ("cpu.conv2d"); ``tvmfuse
+#: tune``'s seed records carry it as an annotation of the root block.
+SCHEDULE = "tvmfuse.schedule"
+#: PrimFunc attributes of a kernel a tvmfuse pass wrote in place of several ops: the rule that
+#: made it, and those ops (read by the fusion report).
+FUSION = "tvmfuse.fusion"
+FUSION_OPS = "tvmfuse.ops"
+
+#: TVM's PrimFunc attribute of a kernel that is scheduled already (by a rule, a tuning record,
+#: or written so): nothing for MetaSchedule to search, nothing for the schedule phase to do.
+IS_SCHEDULED = "tirx.is_scheduled"
+#: TVM's PrimFunc attribute: parameter indices whose layout a schedule may choose (constants).
+LAYOUT_FREE_BUFFERS = "layout_free_buffers"
+#: TVM's block annotation of a weight-packing block, for Relax's SplitLayoutRewritePreproc
+#: (MetaSchedule's RewriteLayout writes the same).
+LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
+#: TVM's PrimFunc attribute: the fusion pattern kind (``OpPatternKind``) FuseOps reads.
+OP_PATTERN = "op_pattern"
+#: ``op_pattern`` values of TVM's OpPatternKind.
+INJECTIVE, OPAQUE = 2, 8
+#: TVM's Relax function attribute naming the FuseOpsByPattern rule that made a group.
+COMPOSITE = "Composite"
+#: What a group TVM's FuseOps made (no pattern) is reported as: the ``elementwise`` rule.
+ELEMENTWISE = "elementwise"
+
+#: Block names of the Winograd transforms (the pass writes them, the schedule rule finds them).
+WINOGRAD_INPUT, WINOGRAD_OUTPUT = "winograd_input", "winograd_output"

@@ -1,0 +1,105 @@
+"""Operator strategy: which implementation each fused kernel gets on a target.
+
+Three levers, applied in this order by the pipeline:
+
+1. **Compute and layout** (before fusion): on CPUs the ``conv_layout_nhwc`` rule converts convs
+   to NHWC activations with HWIO weights, so channels are the contiguous, vectorizable axis and
+   the weights are transposed once at build time (FoldConstant), not at run time.
+2. **Schedules** (after FuseTIR), by precedence: a record from the tuning database, then the
+   first hand-written rule from ``schedules/`` that fits the kernel, then TVM's defaults (dlight
+   on GPUs).
+3. **Report**: :func:`implementations` reads back which of them every kernel got.
+
+Each target family answers the questions of levers 1 and 2 in a module of its own
+(:mod:`.cpu`, :mod:`.cuda`) behind one interface, :class:`Strategy`; :func:`for_target` picks it.
+"""
+
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from .. import names
+from ..passes import ApplyScheduleRules
+from ..rules import Rule
+from ..targets import TargetSpec
+
+#: What a kernel that no rule scheduled and no record covered runs with: TVM's plain lowering.
+DEFAULT = "default"
+#: What a kernel scheduled by a searched tuning database record runs with.
+TUNED = "tuned"
+#: Prefix of a kernel whose database record is a measured hand-written seed ("seed:cpu.conv2d").
+DATABASE_SEED = "seed"
+
+
+class Strategy:
+    """What a target family decides about a build; every method has the family's answer."""
+
+    def __init__(self, target: TargetSpec):
+        self.target = target
+
+    def layout_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
+        """Layout conversions and compute overrides, run before fusion (constants folded into
+        the new layouts)."""
+        return []
+
+    def legalize_overrides(self, rules: dict[str, Rule]) -> dict:
+        """Relax op -> the legalization tvmfuse gives it instead of TVM's."""
+        return {}
+
+    def scheduler(self) -> ApplyScheduleRules:
+        """The schedule phase: the family's rules in the order they are tried."""
+        raise NotImplementedError
+
+    def attention_kernel(self):
+        """``AttentionShape -> PrimFunc``: the fused attention kernel (see
+        :class:`tvmfuse.passes.FuseAttention`), or None where there is none."""
+        return None
+
+    def prepacks_weights(self, rules: dict[str, Rule]) -> bool:
+        """Whether schedules choose the layout of constant weights (packed at build time)."""
+        return False
+
+
+def for_target(target: TargetSpec) -> Strategy:
+    """The strategy of ``target``'s family."""
+    if target.is_gpu:
+        from .cuda import CudaStrategy  # noqa: PLC0415 - each family imports its schedules
+
+        return CudaStrategy(target)
+    from .cpu import CpuStrategy  # noqa: PLC0415
+
+    return CpuStrategy(target)
+
+
+def scheduler(target: TargetSpec) -> ApplyScheduleRules:
+    """The schedule phase for ``target`` (what ``tvmfuse tune`` seeds with, too)."""
+    return for_target(target).scheduler()
+
+
+def implementations(mod: tvm.IRModule) -> dict[str, str]:
+    """Kernel name -> the implementation it was built with: ``tuned`` (a searched database
+    record), ``seed:<rule>`` (a database record that is a measured hand-written seed), a
+    hand-written rule's name (``cpu.conv2d``), a dlight rule (``dlight.Matmul``) or ``default``."""
+    found = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        attrs = func.attrs or {}
+        if names.SCHEDULE in attrs:
+            found[gvar.name_hint] = str(attrs[names.SCHEDULE])
+        elif attrs.get(names.IS_SCHEDULED, False):
+            seed = _seed_rule(func)
+            found[gvar.name_hint] = TUNED if seed is None else f"{DATABASE_SEED}:{seed}"
+        else:
+            found[gvar.name_hint] = DEFAULT
+    return found
+
+
+def _seed_rule(func) -> str | None:
+    """The hand-written rule a database record's schedule came from (``tvmfuse tune`` seeds
+    annotate the root block with it), or None for a searched schedule."""
+    block = getattr(func.body, "block", None)
+    annotations = getattr(block, "annotations", None) or {}
+    value = annotations.get(names.SCHEDULE)
+    return None if value is None else str(value)

@@ -1,0 +1,60 @@
+"""The CPU strategy (AVX-512, x86-64, NEON): NHWC convs with weights transposed and packed at
+build time, Winograd 3x3 convs where the rules file enables them, GELU's erf as a polynomial, and
+the hand-written schedules of ``schedules/cpu/``."""
+
+from __future__ import annotations
+
+import functools
+
+import tvm
+from tvm import relax, te, tirx, topi
+
+from ..passes import ApplyScheduleRules, DecomposeClip, WinogradConv2D
+from ..rules import Rule
+from ..schedules import cpu
+from ..schedules.cpu.attention import attention_kernel
+from . import Strategy
+
+
+class CpuStrategy(Strategy):
+    def layout_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
+        """Convs in NHWC/HWIO (``conv_layout_nhwc``), the weights folded into it; with
+        ``winograd_conv2d`` (which needs NHWC) 3x3 stride-1 convs as Winograd F(2x2, 3x3)."""
+        if not rules["conv_layout_nhwc"].enabled:
+            return []
+        return [
+            DecomposeClip(),  # ConvertLayout has no rule for clip (ReLU6)
+            relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
+            relax.transform.FoldConstant(),
+            *([WinogradConv2D()] if rules["winograd_conv2d"].enabled else []),
+        ]
+
+    def legalize_overrides(self, rules: dict[str, Rule]) -> dict:
+        """``fast_erf``: GELU's ``erf`` as ``topi.fast_erf``, a rational polynomial in plain
+        arithmetic (error about 1e-7). TVM's own GELU calls ``erf``, which LLVM has no vector
+        form of: the generated code calls libm's ``erff`` once per lane, 16 calls per vector in
+        the epilogue of BERT's FFN GEMM."""
+        return {"relax.nn.gelu": _fast_gelu} if rules["fast_erf"].enabled else {}
+
+    def scheduler(self) -> ApplyScheduleRules:
+        return ApplyScheduleRules(cpu.rules(self.target.vector))
+
+    def attention_kernel(self):
+        return functools.partial(attention_kernel, lanes=self.target.vector.lanes,
+                                 cores=int(self.target.config.get("num-cores", 1)))
+
+    def prepacks_weights(self, rules: dict[str, Rule]) -> bool:
+        return rules["prepack_weights"].enabled
+
+
+def _fast_gelu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    def gelu(x: te.Tensor) -> te.Tensor:
+        half = tirx.const(0.5, x.dtype)
+        scaled = x * tirx.const(0.5**0.5, x.dtype)
+        if x.dtype == "float32":
+            erf = topi.fast_erf(scaled)
+        else:  # fast_erf is float32's; other dtypes compute it in float32
+            erf = topi.cast(topi.fast_erf(topi.cast(scaled, "float32")), x.dtype)
+        return x * (half + erf * half)
+
+    return bb.call_te(gelu, call.args[0], primfunc_name_hint="gelu")
