@@ -18,6 +18,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import torch
+import tvm
+from torch.utils import _pytree
+from torch.utils.flop_counter import FlopCounterMode
+from tvm import relax
+from tvm.relax.frontend.onnx import from_onnx
+from tvm.relax.frontend.torch import from_exported_program
 
 from . import zoo
 from .errors import TvmfuseError, one_line
@@ -103,7 +110,6 @@ def import_torch(module, example_inputs, *, name: str = "module",
 
 
 def _call_factory(source: str):
-    import torch  # noqa: PLC0415
 
     target, _, attr = source.rpartition(":")
     try:
@@ -172,7 +178,6 @@ def _with_batch(specs, batch: int | None) -> tuple[TensorSpec, ...]:
 
 
 def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> ImportedModel:
-    import torch  # noqa: PLC0415
 
     examples = random_inputs(specs, value_ranges)
     args = tuple(torch.from_numpy(a) for a in examples)
@@ -198,7 +203,6 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> Importe
 
 
 def _import_pt2(path: Path, overrides, dynamic, batch) -> ImportedModel:
-    import torch  # noqa: PLC0415
 
     if dynamic:
         raise TvmfuseError(
@@ -228,13 +232,11 @@ def _import_pt2(path: Path, overrides, dynamic, batch) -> ImportedModel:
 
 
 def _flatten_torch(out) -> list[np.ndarray]:
-    from torch.utils import _pytree  # noqa: PLC0415
 
     return [t.detach().cpu().numpy() for t in _pytree.tree_leaves(out)]
 
 
 def _from_exported(source, kind, program, specs, examples, reference, module) -> ImportedModel:
-    from tvm.relax.frontend.torch import from_exported_program  # noqa: PLC0415
 
     try:
         mod = from_exported_program(program)
@@ -251,8 +253,6 @@ def count_flops(model: ImportedModel) -> float | None:
     FlopCounterMode on the example inputs; None for models without a PyTorch module."""
     if model.torch_module is None:
         return None
-    import torch  # noqa: PLC0415
-    from torch.utils.flop_counter import FlopCounterMode  # noqa: PLC0415
 
     counter = FlopCounterMode(display=False)
     with torch.no_grad(), counter:
@@ -265,11 +265,9 @@ def count_flops(model: ImportedModel) -> float | None:
 
 def _import_onnx(path: Path, overrides, dynamic, batch) -> ImportedModel:
     try:
-        import onnx  # noqa: PLC0415
+        import onnx  # noqa: PLC0415 - the optional 'onnx' extra
     except ImportError:
         raise TvmfuseError("ONNX import needs the 'onnx' extra: pip install 'tvmfuse[onnx]'") from None
-    import tvm  # noqa: PLC0415
-    from tvm.relax.frontend.onnx import from_onnx  # noqa: PLC0415
 
     try:
         model = onnx.load(str(path))
@@ -336,7 +334,6 @@ def _onnxruntime_reference(path: Path) -> Reference | None:
 def _output_specs(mod, inputs, names=()) -> tuple[TensorSpec, ...]:
     """Output specs from ``main``'s return type, naming symbolic dims as the inputs do;
     outputs are named ``names`` where given, else ``output0``, ``output1``, ..."""
-    from tvm import relax  # noqa: PLC0415
 
     main = mod["main"]
     symbols = {}

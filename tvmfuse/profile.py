@@ -9,6 +9,9 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+import tvm
+from tvm import tirx
+from tvm.s_tir.analysis import estimate_tir_flops
 
 
 @dataclass(frozen=True)
@@ -42,9 +45,6 @@ class KernelTime:
 
 def kernels(mod) -> dict[str, Kernel]:
     """Every PrimFunc of ``mod``: FLOPs (TVM's estimate, a multiply-add counts 2) and params."""
-    import tvm  # noqa: PLC0415 - keep `import tvmfuse.api` light
-    from tvm import tirx  # noqa: PLC0415
-    from tvm.s_tir.analysis import estimate_tir_flops  # noqa: PLC0415
 
     found = {}
     for gvar, func in mod.functions.items():
@@ -60,7 +60,6 @@ def kernels(mod) -> dict[str, Kernel]:
 
 def param_specs(func) -> tuple[tuple[tuple[int, ...], str], ...] | None:
     """(shape, dtype) of each parameter of a PrimFunc; None when a dimension is symbolic."""
-    from tvm import tirx  # noqa: PLC0415
 
     params = []
     for param in func.params:
@@ -95,7 +94,6 @@ def random_args(specs, device) -> list:
     """Arguments for a kernel of parameters ``specs`` (see :func:`param_specs`) on ``device``:
     normal floats, zeros for integer and boolean tensors (indices such as embedding lookups must
     stay in range)."""
-    import tvm  # noqa: PLC0415
 
     rng = np.random.default_rng(0)
 

@@ -15,17 +15,46 @@ from pathlib import Path
 
 from .errors import TvmfuseError
 
-RULES = ("fold_batch_norm", "fold_matmul_reshape", "horizontal_matmul", "horizontal_conv",
-         "fused_attention", "fold_layout_glue", "conv_layout_nhwc", "fast_erf", "winograd_conv2d",
-         "prepack_weights", "conv_epilogue", "matmul_epilogue", "layer_norm_epilogue",
-         "add_layer_norm", "scale_mask_softmax", "elementwise")
-#: The rules that are tvmfuse's own fusion (what ``BuildOptions(fusion=False)`` turns off); the
-#: others choose layouts and computations (conv_layout_nhwc, fast_erf, winograd_conv2d,
-#: prepack_weights) or are
-#: TVM's FuseOps (elementwise).
-FUSION_RULES = ("fold_batch_norm", "fold_matmul_reshape", "horizontal_matmul", "horizontal_conv",
-                "fused_attention", "fold_layout_glue", "conv_epilogue", "matmul_epilogue",
-                "layer_norm_epilogue", "add_layer_norm", "scale_mask_softmax")
+#: Kinds of rule: tvmfuse's own fusion (what ``BuildOptions(fusion=False)`` turns off), a strategy
+#: switch (which layout or computation an op gets), and TVM's FuseOps on what is left.
+FUSION, STRATEGY, FUSE_OPS = "fusion", "strategy", "fuse_ops"
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """One rule as the registry declares it: its name in the rules file, its kind, and what it
+    does (the README's table of rules is this registry: a test keeps it so)."""
+
+    name: str
+    kind: str
+    does: str
+
+
+#: Every rule, once, in the order the rules file lists them.
+REGISTRY = (
+    RuleInfo("fold_batch_norm", FUSION, "BatchNorm folded into the conv's weights and bias"),
+    RuleInfo("fold_matmul_reshape", FUSION, "the reshapes around a 2-D matmul folded: one N-D "
+                                            "matmul"),
+    RuleInfo("horizontal_matmul", FUSION, "matmuls sharing an input (Q, K, V) as one GEMM"),
+    RuleInfo("horizontal_conv", FUSION, "two summed 1x1 convs (ResNet's downsample) as one conv "
+                                        "over their concatenated inputs"),
+    RuleInfo("fused_attention", FUSION, "head split .. softmax .. head merge as one kernel"),
+    RuleInfo("fold_layout_glue", FUSION, "transposes and reshapes that move no data folded away"),
+    RuleInfo("conv_layout_nhwc", STRATEGY, "CPU convs in NHWC with HWIO weights (GPUs keep NCHW)"),
+    RuleInfo("fast_erf", STRATEGY, "CPU GELU's erf as a polynomial that vectorizes"),
+    RuleInfo("winograd_conv2d", STRATEGY, "CPU 3x3 stride-1 convs as Winograd F(2x2, 3x3)"),
+    RuleInfo("prepack_weights", STRATEGY, "CPU conv/GEMM weights packed in panels of the "
+                                          "register tile, at build time"),
+    RuleInfo("conv_epilogue", FUSION, "conv + bias [+ residual] [+ activation]"),
+    RuleInfo("matmul_epilogue", FUSION, "matmul + bias [+ residual] [+ activation]"),
+    RuleInfo("layer_norm_epilogue", FUSION, "matmul + bias + residual + LayerNorm"),
+    RuleInfo("add_layer_norm", FUSION, "residual add + LayerNorm"),
+    RuleInfo("scale_mask_softmax", FUSION, "attention scores: scale, mask, softmax"),
+    RuleInfo("elementwise", FUSE_OPS, "TVM's FuseOps on what the patterns left"),
+)
+RULES = tuple(r.name for r in REGISTRY)
+#: The rules that are tvmfuse's own fusion (what ``BuildOptions(fusion=False)`` turns off).
+FUSION_RULES = tuple(r.name for r in REGISTRY if r.kind == FUSION)
 SECTIONS = ("default", "avx512", "x86-64", "arm64", "cuda")
 _KEYS = {"enabled": bool, "priority": int, "max_group_size": int}
 
@@ -36,6 +65,13 @@ class Rule:
     enabled: bool = True
     priority: int = 0
     max_group_size: int = 64
+
+
+def markdown_table() -> str:
+    """The registry as the README's table of rules."""
+    rows = ["| rule | kind | what it does |", "| --- | --- | --- |"]
+    rows += [f"| `{r.name}` | {r.kind} | {r.does} |" for r in REGISTRY]
+    return "\n".join(rows) + "\n"
 
 
 def load_rules(section: str, path: Path | None = None) -> dict[str, Rule]:

@@ -81,8 +81,21 @@ def verify_saved(deployed: Deployed) -> list[OutputCheck]:
 def compare(deployed: Deployed, outs, refs, batch: int, reference_name: str) -> list[OutputCheck]:
     if len(outs) != len(refs):
         raise TvmfuseError(f"the build returns {len(outs)} outputs, {reference_name} {len(refs)}")
+    _warn_if_uninformative(refs, deployed.outputs, reference_name)
     return [OutputCheck(spec.name, batch, relative_error(out, ref), TOLERANCE.get(spec.dtype, 0.0))
             for spec, out, ref in zip(deployed.outputs, outs, refs)]
+
+
+def _warn_if_uninformative(refs, specs, reference_name: str) -> None:
+    """A reference output that is constant (all zeros, say) cannot tell a right build from a
+    wrong one: every build that outputs that constant passes. Say so."""
+    for spec, ref in zip(specs, refs):
+        ref = np.asarray(ref)
+        if ref.size > 1 and np.all(ref == ref.flat[0]):
+            log.warning("output %s of %s is the constant %s on these inputs: the check cannot "
+                        "tell a right build from a wrong one (try other inputs, e.g. a model "
+                        "factory returning examples)", spec.name, reference_name,
+                        ref.flat[0].item())
 
 
 def _judge(checks: list[OutputCheck], reference_name: str) -> list[OutputCheck]:

@@ -20,6 +20,8 @@ import tvm
 from tvm import relax
 
 from .. import names
+from ..runtime import to_numpy
+from ..verify import relative_error
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +98,6 @@ class VerifyFusion:
 
 
 def _compare(func, outs, refs, tolerance) -> str | None:
-    from ..verify import relative_error  # noqa: PLC0415
 
     for i, (out, ref) in enumerate(zip(outs, refs)):
         err, tol = relative_error(out, ref), tolerance.get(str(out.dtype), 0.0)
@@ -152,7 +153,6 @@ def _random(shape, dtype: str, seed: int) -> np.ndarray:
 
 
 def _run(executable, inputs, device) -> list[np.ndarray]:
-    from ..runtime import to_numpy  # noqa: PLC0415
 
     vm = relax.VirtualMachine(executable, device)
     result = vm["main"](*[tvm.runtime.tensor(a, device) for a in inputs])

@@ -11,7 +11,8 @@ Three levers, applied in this order by the pipeline:
 3. **Report**: :func:`implementations` reads back which of them every kernel got.
 
 Each target family answers the questions of levers 1 and 2 in a module of its own
-(:mod:`.cpu`, :mod:`.cuda`) behind one interface, :class:`Strategy`; :func:`for_target` picks it.
+(:mod:`.cpu`, :mod:`.cuda`) behind one interface, :class:`.base.Strategy`; :func:`for_target`
+picks it.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from tvm import tirx
 
 from .. import names
 from ..passes import ApplyScheduleRules
-from ..rules import Rule
 from ..targets import TargetSpec
+from .base import Strategy
+from .cpu import CpuStrategy
+from .cuda import CudaStrategy
 
 #: What a kernel that no rule scheduled and no record covered runs with: TVM's plain lowering.
 DEFAULT = "default"
@@ -32,44 +35,9 @@ TUNED = "tuned"
 DATABASE_SEED = "seed"
 
 
-class Strategy:
-    """What a target family decides about a build; every method has the family's answer."""
-
-    def __init__(self, target: TargetSpec):
-        self.target = target
-
-    def layout_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
-        """Layout conversions and compute overrides, run before fusion (constants folded into
-        the new layouts)."""
-        return []
-
-    def legalize_overrides(self, rules: dict[str, Rule]) -> dict:
-        """Relax op -> the legalization tvmfuse gives it instead of TVM's."""
-        return {}
-
-    def scheduler(self) -> ApplyScheduleRules:
-        """The schedule phase: the family's rules in the order they are tried."""
-        raise NotImplementedError
-
-    def attention_kernel(self):
-        """``AttentionShape -> PrimFunc``: the fused attention kernel (see
-        :class:`tvmfuse.passes.FuseAttention`), or None where there is none."""
-        return None
-
-    def prepacks_weights(self, rules: dict[str, Rule]) -> bool:
-        """Whether schedules choose the layout of constant weights (packed at build time)."""
-        return False
-
-
 def for_target(target: TargetSpec) -> Strategy:
     """The strategy of ``target``'s family."""
-    if target.is_gpu:
-        from .cuda import CudaStrategy  # noqa: PLC0415 - each family imports its schedules
-
-        return CudaStrategy(target)
-    from .cpu import CpuStrategy  # noqa: PLC0415
-
-    return CpuStrategy(target)
+    return CudaStrategy(target) if target.is_gpu else CpuStrategy(target)
 
 
 def scheduler(target: TargetSpec) -> ApplyScheduleRules:

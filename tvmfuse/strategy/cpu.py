@@ -13,7 +13,7 @@ from ..passes import ApplyScheduleRules, DecomposeClip, WinogradConv2D
 from ..rules import Rule
 from ..schedules import cpu
 from ..schedules.cpu.attention import attention_kernel
-from . import Strategy
+from .base import Strategy
 
 
 class CpuStrategy(Strategy):

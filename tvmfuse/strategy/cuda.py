@@ -7,7 +7,7 @@ from tvm.s_tir import dlight as dl
 
 from ..passes import ApplyScheduleRules
 from ..schedules.cuda.attention import attention_kernel
-from . import Strategy
+from .base import Strategy
 
 
 class CudaStrategy(Strategy):

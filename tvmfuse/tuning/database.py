@@ -167,12 +167,14 @@ def _lines(path: Path, problems: list[Problem], name: str | None = None
     """``(line number, JSON value or None when corrupt, text)`` for every non-blank line.
 
     A corrupt workload line yields None (it still takes its place in the count); a line that is
-    not UTF-8 is corrupt too."""
+    not UTF-8 is corrupt too. A blank line takes no place (MetaSchedule writes none) but is a
+    problem all the same: MetaSchedule cannot read a file that has one."""
     name = name or path.name
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
             text = raw.decode("utf-8", errors="replace").rstrip("\n")
             if not text.strip():
+                problems.append(Problem(name, number, "blank line", text))
                 continue
             try:
                 yield number, json.loads(raw.decode("utf-8")), text

@@ -1,0 +1,38 @@
+"""The interface every target family's strategy implements (see :mod:`tvmfuse.strategy`)."""
+
+from __future__ import annotations
+
+import tvm
+
+from ..passes import ApplyScheduleRules
+from ..rules import Rule
+from ..targets import TargetSpec
+
+
+class Strategy:
+    """What a target family decides about a build; every method has the family's answer."""
+
+    def __init__(self, target: TargetSpec):
+        self.target = target
+
+    def layout_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
+        """Layout conversions and compute overrides, run before fusion (constants folded into
+        the new layouts)."""
+        return []
+
+    def legalize_overrides(self, rules: dict[str, Rule]) -> dict:
+        """Relax op -> the legalization tvmfuse gives it instead of TVM's."""
+        return {}
+
+    def scheduler(self) -> ApplyScheduleRules:
+        """The schedule phase: the family's rules in the order they are tried."""
+        raise NotImplementedError
+
+    def attention_kernel(self):
+        """``AttentionShape -> PrimFunc``: the fused attention kernel (see
+        :class:`tvmfuse.passes.FuseAttention`), or None where there is none."""
+        return None
+
+    def prepacks_weights(self, rules: dict[str, Rule]) -> bool:
+        """Whether schedules choose the layout of constant weights (packed at build time)."""
+        return False
