@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 TARGET ?= avx512
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-arm sysdeps arm-sysdeps clean
+.PHONY: demo test test-arm test-slow sysdeps arm-sysdeps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ demo: $(STAMP)
 
 test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# the long fault-injection runs (tuning jobs killed at many points), whose results RELIABILITY.md
+# records
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 # arm64 builds run and tuned over RPC on the emulated host (its root is made once, ~4 minutes).
 test-arm: $(STAMP) arm-sysdeps

@@ -11,8 +11,11 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import io
 import logging
+import re
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -199,6 +202,11 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> Importe
         with torch.no_grad():
             return _flatten_torch(module(*(torch.from_numpy(a) for a in arrays)))
 
+    try:  # torch.export traces with fake tensors: a dtype the module cannot take shows only here
+        reference(*examples)
+    except Exception as err:  # noqa: BLE001 - as above
+        shapes = ", ".join(f"{s.name}{format_shape(s.shape)}:{s.dtype}" for s in specs)
+        raise TvmfuseError(f"{source} cannot run on inputs {shapes}: {one_line(err)}") from None
     return _from_exported(source, kind, program, specs, examples, reference, module)
 
 
@@ -297,14 +305,18 @@ def _import_onnx(path: Path, overrides, dynamic, batch) -> ImportedModel:
                  for d in s.shape]
         for s in specs
     }
+    # TVM's ONNX frontend prints the failing operator with its inputs' whole IR and warns about
+    # every input it renames: one line of ours says what matters
+    printed = io.StringIO()
     try:
-        mod = from_onnx(
-            model,
-            shape_dict=shape_dict,
-            dtype_dict={s.name: s.dtype for s in specs},
-        )
+        with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = from_onnx(model, shape_dict=shape_dict,
+                            dtype_dict={s.name: s.dtype for s in specs})
     except Exception as err:  # noqa: BLE001
-        raise TvmfuseError(f"TVM cannot import {path}: {one_line(err)}") from None
+        op = re.search(r"Error converting operator (\w+)", printed.getvalue())
+        where = f" (operator {op.group(1)})" if op else ""
+        raise TvmfuseError(f"TVM cannot import {path}{where}: {one_line(err)}") from None
     reference = _onnxruntime_reference(path)
     return ImportedModel(
         str(path), "onnx", mod, specs,

@@ -152,16 +152,32 @@ def file_digest(path: Path) -> dict:
     return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
+def _elf_complete(path: Path) -> bool:
+    """Whether ``path`` is an ELF file that reaches its section headers (the end of a library as
+    linkers write it): the check for builds whose manifest has no digests."""
+    with open(path, "rb") as f:
+        header = f.read(64)
+    if len(header) < 64 or header[:4] != b"\x7fELF" or header[4] != 2:  # 64-bit ELF only
+        return False
+    order = "little" if header[5] == 1 else "big"
+    sections = int.from_bytes(header[0x28:0x30], order)
+    size, count = int.from_bytes(header[0x3A:0x3C], order), int.from_bytes(header[0x3C:0x3E], order)
+    return sections + size * count <= path.stat().st_size
+
+
 def _check_file(folder: Path, manifest: dict, name: str) -> None:
     """A TvmfuseError when ``name`` is not the file the build wrote (truncated, overwritten):
     mapping a truncated library would kill the process with SIGBUS, not raise. Builds from
     before the manifest recorded digests are not checked."""
     expected = manifest.get("files", {}).get(name)
     if expected is None:
+        if name == LIBRARY and not _elf_complete(folder / name):
+            raise TvmfuseError(f"{folder / name} is not a whole shared library (truncated or "
+                               f"overwritten); rebuild the model")
         return
     found = file_digest(folder / name)
     if found != expected:
-        what = ("truncated" if found["bytes"] < expected["bytes"] else "changed")
+        what = "truncated" if found["bytes"] < expected["bytes"] else "overwritten"
         raise TvmfuseError(f"{folder / name} is {what} since it was built ({found['bytes']} "
                            f"bytes, {expected['bytes']} written); rebuild the model")
 

@@ -17,8 +17,16 @@ SUBCOMMANDS = (build, run, inspect, bench, tune, db, arm_host)
 log = logging.getLogger("tvmfuse")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (the README's promise for every bad input), naming
+    the help to read instead of printing the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"ERROR tvmfuse: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tvmfuse",
         description="Compile PyTorch and ONNX models with TVM Relax and tvmfuse's fusion passes.",
     )

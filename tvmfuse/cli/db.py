@@ -62,7 +62,10 @@ def handle(args: argparse.Namespace) -> int:
             database.write(db)
             result["kept"] = {"workloads": len(db.workloads), "records": len(db.records)}
     else:
-        db = database.read(args.folder)
+        # a database whose only content is a killed job's folder is still worth a report
+        empty = (args.folder.is_dir() and not database.has_database(args.folder)
+                 and database.leftover_jobs(args.folder))
+        db = database.Database(args.folder) if empty else database.read(args.folder)
         result = database.stats(db, target)
         if args.action == "check":
             result["problems"] += database.replay(db)

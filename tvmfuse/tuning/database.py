@@ -164,17 +164,19 @@ def _records_file(folder: Path) -> Path:
 
 def _lines(path: Path, problems: list[Problem], name: str | None = None
            ) -> Iterator[tuple[int, object, str]]:
-    """``(line number, JSON value or None when corrupt, text)`` for every non-blank line.
+    """``(line number, JSON value or None when corrupt, text)`` for every line.
 
-    A corrupt workload line yields None (it still takes its place in the count); a line that is
-    not UTF-8 is corrupt too. A blank line takes no place (MetaSchedule writes none) but is a
-    problem all the same: MetaSchedule cannot read a file that has one."""
+    A corrupt line yields None and still takes its place in the count (a workload's records
+    name it by its position); a line that is not UTF-8 is corrupt, and so is a blank one:
+    MetaSchedule writes none and cannot read a file that has one, so a blank line is a line whose
+    content was lost."""
     name = name or path.name
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
             text = raw.decode("utf-8", errors="replace").rstrip("\n")
             if not text.strip():
                 problems.append(Problem(name, number, "blank line", text))
+                yield number, None, text
                 continue
             try:
                 yield number, json.loads(raw.decode("utf-8")), text
