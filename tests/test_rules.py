@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from tvmfuse import TvmfuseError
@@ -48,3 +50,25 @@ def test_bad_rules_are_one_clear_error(tmp_path, text, message):
 def test_missing_rules_file_is_an_error(tmp_path):
     with pytest.raises(TvmfuseError, match="cannot read fusion rules"):
         load_rules("avx512", tmp_path / "none.toml")
+
+
+def test_the_registry_is_the_readme_table_and_the_shipped_file():
+    """Every rule is declared once (rules.REGISTRY); the README's table and the shipped rules
+    file's [default] section list exactly those, in that order."""
+    import tomllib
+    from importlib import resources
+
+    from tvmfuse import rules
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert rules.markdown_table() in readme
+    shipped = tomllib.loads(resources.files("tvmfuse").joinpath("fusion_rules.toml").read_text())
+    assert tuple(shipped["default"]) == rules.RULES
+    assert set(rules.FUSION_RULES) < set(rules.RULES)
+
+
+def test_the_cli_knows_the_zoo_without_importing_it():
+    from tvmfuse import zoo
+    from tvmfuse.cli.common import ZOO
+
+    assert ZOO == tuple(zoo.registry())
