@@ -68,8 +68,8 @@ def _damage(folder: Path, how: str) -> None:
     ("truncated model.so", "model.so is truncated since it was built"),
     ("garbage model.so", "model.so is overwritten since it was built"),
     ("deleted model.so", "has no model.so; rebuild the model"),
-    ("truncated check.npz", "check.npz is truncated since it was built"),
-    ("garbage check.npz", "check.npz is overwritten since it was built"),
+    ("truncated check.npz", "check.npz is damaged"),
+    ("garbage check.npz", "check.npz is damaged"),
     ("garbage manifest.json", "manifest.json is damaged"),
     # mapping a truncated library kills the process with SIGBUS: an older build is checked too
     ("truncated model.so, manifest without digests", "is not a whole shared library"),

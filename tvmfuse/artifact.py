@@ -108,9 +108,9 @@ def _manifest(compiled: Compiled, folder: Path) -> dict:
         "target": {"name": target.name, "key": target.key, "config": target.config,
                    "description": target.description},
         "library": runtime.LIBRARY,
-        # what runtime.load checks before it maps the files (a truncated library is a SIGBUS)
-        "files": {name: runtime.file_digest(folder / name)
-                  for name in (runtime.LIBRARY, runtime.CHECK) if (folder / name).is_file()},
+        # what runtime.load checks before it maps the library (a truncated one is a SIGBUS);
+        # check.npz is not pinned: a user may replace the reference it holds
+        "files": {runtime.LIBRARY: runtime.file_digest(folder / runtime.LIBRARY)},
         "inputs": [s.to_json() for s in model.inputs],
         "outputs": [s.to_json() for s in model.outputs],
         "kernels": len(compiled.analysis.kernels),
