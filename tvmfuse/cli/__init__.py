@@ -50,12 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     logging.captureWarnings(True)
     # SIGTERM (a scheduler's kill, a closed terminal) unwinds like Ctrl-C: a tuning job merges
     # what it measured, a build removes its half-written folder
+    _stopped.clear()
     try:
-        previous = signal.signal(signal.SIGTERM, _interrupt)
+        previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGINT)}
     except ValueError:  # main() called from a thread that is not the main one
-        previous = None
+        previous = {}
     try:
         return args.handler(args) or 0
+    except KeyboardInterrupt:
+        log.error("interrupted%s", f" ({_stopped[0]})" if _stopped else "")
+        return 130
     except TvmfuseError as err:
         log.debug("details", exc_info=True)
         log.error("%s", err)
@@ -65,16 +69,26 @@ def main(argv: list[str] | None = None) -> int:
         where = f" {err.filename}" if err.filename else ""
         log.error("cannot use%s: %s", where, err.strerror or err)
         return 2
-    except KeyboardInterrupt:
-        log.error("interrupted")
-        return 130
+    except Exception:
+        # the signal arrived inside a TVM call, which hands Python's exception back as its own
+        # (RuntimeError: SIGTERM): still an interruption, and the cleanup above has run
+        if _stopped:
+            log.debug("details", exc_info=True)
+            log.error("interrupted (%s)", _stopped[0])
+            return 130
+        raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+#: The signal that stopped this run, once one has.
+_stopped: list[str] = []
 
 
 def _interrupt(signum, _frame):
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+    _stopped.append(signal.Signals(signum).name)
+    raise KeyboardInterrupt(_stopped[0])
 
 
 if __name__ == "__main__":
