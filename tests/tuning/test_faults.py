@@ -233,7 +233,8 @@ def test_tune_stopped_with_sigterm_merges_what_it_measured(tmp_path, after):
     assert database.read(db).records  # the seeds it had measured
 
 
-@pytest.mark.parametrize("damage", ["workload line", "empty workload file"])
+@pytest.mark.parametrize("damage", ["workload line",
+                                    pytest.param("empty workload file", marks=pytest.mark.slow)])
 def test_every_command_tolerates_a_damaged_database(small, tmp_path, damage):
     """build, tune, check, purge and merge on one damaged database: no traceback, the good
     records kept on their workloads, tune's new records added beside them."""
