@@ -56,6 +56,7 @@ def tracker():
             proc.wait(timeout=10)
 
 
+@pytest.mark.slow  # 140 s; the arm tests (make test-arm, in CI) also search over RPC
 def test_seeds_and_search_are_measured_over_rpc(tracker, tmp_path):
     db_dir = tmp_path / "db"
     model = api.import_model("tiny-resnet")
