@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import warnings
@@ -88,6 +89,13 @@ _stopped: list[str] = []
 
 def _interrupt(signum, _frame):
     _stopped.append(signal.Signals(signum).name)
+    tune = sys.modules.get("tvmfuse.tuning.tune")  # loaded only when a job can be running
+    if tune is not None and tune.stop_jobs():
+        # every record is on disk and now merged: end here rather than unwind through
+        # MetaSchedule's C++ threads
+        log.error("interrupted (%s)", _stopped[0])
+        logging.shutdown()
+        os._exit(130)
     raise KeyboardInterrupt(_stopped[0])
 
 

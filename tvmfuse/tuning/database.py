@@ -229,6 +229,11 @@ def locked(folder: Path, create: bool = True) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def held() -> set[Path]:
+    """The database folders whose writer's lock this process holds."""
+    return set(_HELD)
+
+
 @contextlib.contextmanager
 def _shared_lock(folder: Path) -> Iterator[None]:
     """Hold ``folder``'s lock shared while reading, so no rewrite is seen half done. A folder

@@ -91,6 +91,24 @@ def _import_tensor_intrin() -> None:
     import tvm.s_tir.tensor_intrin  # noqa: F401, PLC0415
 
 
+#: Tuning jobs running in this process, as (job folder, database folder): what
+#: :func:`stop_jobs` saves when a signal ends the process.
+_RUNNING: list[tuple[Path, Path]] = []
+
+
+def stop_jobs() -> bool:
+    """Merge what this process's running jobs have measured into their databases, for a signal
+    handler that then ends the process at once. Unwinding instead (an exception raised inside
+    MetaSchedule's C++ calls) was seen to end in std::terminate. Returns False when there is no
+    job, or when one is merging already (its database's lock is held here)."""
+    if not _RUNNING or any(d.resolve() in database.held() for _, d in _RUNNING):
+        return False
+    for staging, database_dir in list(_RUNNING):
+        added = _merge_staging(staging, database_dir)
+        log.warning("stopped: %d record(s) of this job merged into %s", added, database_dir)
+    return True
+
+
 def tune_model(model: ImportedModel, target: TargetSpec, options: BuildOptions, *, trials: int,
                trials_per_iter: int = 4, top_k: int | None = None, budget_s: float | None = None,
                retune: bool = False, only: list[str] | None = None, progress: bool = True,
@@ -171,6 +189,7 @@ def tune(mod, target, database_dir: Path, *, trials: int, scheduler: ApplySchedu
             raise TvmfuseError(f"no kernel named {unknown[0]!r} to tune; kernels are: "
                                f"{', '.join(p.name for p in plans)}")
     with database.job_folder(database_dir) as staging:
+        _RUNNING.append((staging, database_dir))
         try:
             job = ms.database.JSONDatabase(work_dir=str(staging))
             measure = Measure(remote, cross_cc)  # one RPC session for every seed
@@ -182,6 +201,7 @@ def tune(mod, target, database_dir: Path, *, trials: int, scheduler: ApplySchedu
             _search([(t, p) for t, p in zip(tasks, plans) if p.trials], target, staging, job,
                     trials_per_iter, started, budget_s, progress, _runner(remote, cross_cc))
         finally:
+            _RUNNING.remove((staging, database_dir))
             added = _merge_staging(staging, database_dir)
             log.info("tuned for %.0f s; %d record(s) added to %s",
                      time.perf_counter() - started, added, database_dir)
