@@ -38,11 +38,10 @@ def check_destination(out_dir: str | Path) -> Path:
         raise TvmfuseError(f"{out_dir} is a file, not a folder; choose another -o")
     if out_dir.is_dir() and not (out_dir / runtime.MANIFEST).is_file():
         raise TvmfuseError(f"{out_dir} exists and is not a tvmfuse build; choose another -o")
-    parent = out_dir.parent
+    parent = out_dir.parent  # the build is staged beside out_dir: its parent must be writable
     while not parent.exists():
         parent = parent.parent
-    if not os.access(parent, os.W_OK | os.X_OK) or (
-            out_dir.exists() and not os.access(out_dir.parent, os.W_OK | os.X_OK)):
+    if not os.access(parent, os.W_OK | os.X_OK):
         raise TvmfuseError(f"cannot write into {parent}: permission denied; choose another -o")
     return out_dir
 

@@ -116,7 +116,7 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
                            f"the model") from None
     if not library.is_file():
         raise TvmfuseError(f"{path} has no {library.name}; rebuild the model")
-    _check_file(path, manifest, library.name)
+    _check_library(library, manifest)
     import tvm  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
 
@@ -164,20 +164,20 @@ def _elf_complete(path: Path) -> bool:
     return sections + size * count <= path.stat().st_size
 
 
-def _check_file(folder: Path, manifest: dict, name: str) -> None:
-    """A TvmfuseError when ``name`` is not the file the build wrote (truncated, overwritten):
-    mapping a truncated library would kill the process with SIGBUS, not raise. Builds from
-    before the manifest recorded digests are not checked."""
-    expected = manifest.get("files", {}).get(name)
+def _check_library(library: Path, manifest: dict) -> None:
+    """A TvmfuseError when ``library`` is not the file the build wrote (truncated, overwritten):
+    mapping a truncated library would kill the process with SIGBUS, not raise. A build from
+    before the manifest recorded its digest is checked to be a whole ELF file."""
+    expected = manifest.get("files", {}).get(library.name)
     if expected is None:
-        if name == LIBRARY and not _elf_complete(folder / name):
-            raise TvmfuseError(f"{folder / name} is not a whole shared library (truncated or "
+        if not _elf_complete(library):
+            raise TvmfuseError(f"{library} is not a whole shared library (truncated or "
                                f"overwritten); rebuild the model")
         return
-    found = file_digest(folder / name)
+    found = file_digest(library)
     if found != expected:
         what = "truncated" if found["bytes"] < expected["bytes"] else "overwritten"
-        raise TvmfuseError(f"{folder / name} is {what} since it was built ({found['bytes']} "
+        raise TvmfuseError(f"{library} is {what} since it was built ({found['bytes']} "
                            f"bytes, {expected['bytes']} written); rebuild the model")
 
 

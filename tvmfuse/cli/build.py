@@ -62,8 +62,6 @@ def handle(args: argparse.Namespace) -> int:
     loaded = {}
 
     def check(staged: Path) -> None:  # the staged folder, before it replaces an earlier build
-        if not (args.verify or args.bench):
-            return
         loaded["deployed"] = deployed = api.load(staged, args.rpc)
         if args.verify:
             checks = verify(deployed, model)
@@ -71,7 +69,7 @@ def handle(args: argparse.Namespace) -> int:
             log.info("verified %d output(s) against %s: worst relative L2 error %.2e (%s)",
                      len(checks), model.reference_name, worst.rel_err, worst.name)
 
-    api.build(compiled, args.output, check=check)
+    api.build(compiled, args.output, check=check if args.verify or args.bench else None)
     if args.bench:
         _bench(loaded["deployed"], model, target, args.repeat)
     return 0

@@ -26,17 +26,19 @@ What keeps a record on its workload:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import json
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import TvmfuseError
+from ..errors import TvmfuseError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -262,10 +264,7 @@ def write(db: Database, folder: Path | None = None) -> None:
     if db.problems:
         _quarantine(folder, db.problems)
         db.problems = []
-    used = sorted({r[0] for r in db.records})  # workloads without records are not kept
-    renumber = {old: new for new, old in enumerate(used)}
-    rows = {WORKLOADS: [db.workloads[i] for i in used],
-            RECORDS: [[renumber[r[0]], r[1]] for r in db.records]}
+    rows = {WORKLOADS: db.workloads, RECORDS: db.records}
     for name in FILES:  # both written and on disk before either replaces the old one
         with open(folder / f".{name}.new", "w", encoding="utf-8") as f:
             for row in rows[name]:
@@ -276,7 +275,6 @@ def write(db: Database, folder: Path | None = None) -> None:
     for name in FILES:
         os.replace(folder / f".{name}.new", folder / name)
         _fsync_dir(folder)
-    db.workloads, db.records = rows[WORKLOADS], rows[RECORDS]
 
 
 def _finish_commit(folder: Path) -> None:
@@ -434,8 +432,6 @@ def _report(db: Database, target: dict) -> bool:
 def job_folder(database_dir: Path) -> Iterator[Path]:
     """A private folder for one tuning job inside ``database_dir``, locked for the job's life:
     a folder whose lock can be taken belongs to a job that is gone (:func:`recover_jobs`)."""
-    import tempfile  # noqa: PLC0415 - only jobs need it
-
     folder = Path(tempfile.mkdtemp(prefix=JOB_PREFIX, dir=database_dir))
     with open(folder / JOB_LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -471,19 +467,25 @@ def job_databases(job: Path) -> list[Path]:
     return [f for f in [job, *sorted(job.glob("search-*"))] if has_database(f)]
 
 
+def merge_job(job: Path, database_dir: Path) -> int:
+    """Merge what a job wrote (its seeds and every task's search) into ``database_dir`` and
+    remove the job's folder; returns the number of records added. A merge that fails leaves the
+    folder, for :func:`recover_jobs`."""
+    sources = job_databases(job)
+    added = sum(merge_folders(sources, database_dir).added.values()) if sources else 0
+    shutil.rmtree(job, ignore_errors=True)
+    return added
+
+
 def recover_jobs(database_dir: Path) -> int:
     """Merge the records of tuning jobs that died (killed, power lost) into ``database_dir`` and
     remove their folders; returns the number of records recovered."""
     recovered = 0
     for job in leftover_jobs(database_dir):
-        sources = job_databases(job)
-        if sources:
-            merged = merge_folders(sources, database_dir)
-            count = sum(merged.added.values())
-            recovered += count
-            log.warning("recovered %d record(s) from an interrupted tuning job (%s) into %s",
-                        count, job.name, database_dir)
-        shutil.rmtree(job, ignore_errors=True)
+        count = merge_job(job, database_dir)
+        recovered += count
+        log.warning("recovered %d record(s) from an interrupted tuning job (%s) into %s",
+                    count, job.name, database_dir)
     return recovered
 
 
@@ -493,10 +495,7 @@ def recover_jobs(database_dir: Path) -> int:
 def stats(db: Database, target: dict | None = None) -> dict:
     """Workloads, records (failed ones, per target, foreign to ``target``), best times and the
     problems of ``db``, with leftover tuning jobs and quarantined lines of its folder."""
-    targets: dict[str, int] = {}
-    for record in db.records:
-        summary = target_summary(db.target_of(record))
-        targets[summary] = targets.get(summary, 0) + 1
+    targets = collections.Counter(target_summary(db.target_of(r)) for r in db.records)
     foreign = 0 if target is None else sum(
         not same_target(db.target_of(r), target) for r in db.records)
     best = db.best_seconds()
@@ -506,7 +505,7 @@ def stats(db: Database, target: dict | None = None) -> dict:
         "records": len(db.records),
         "failed_records": sum(db.failed(r) for r in db.records),
         "workloads_with_a_working_record": len(best),
-        "targets": targets,
+        "targets": dict(targets),
         "foreign_records": foreign,
         "problems": [str(p) for p in db.problems],
         "leftover_jobs": [job.name for job in leftover_jobs(db.folder)],
@@ -531,8 +530,6 @@ def replay(db: Database) -> list[str]:
             record.trace.apply_to_schedule(s_tir.Schedule(workloads[index].mod),
                                            remove_postproc=True)
         except Exception as err:  # noqa: BLE001 - any failure is the finding
-            from ..errors import one_line  # noqa: PLC0415
-
             failures.append(f"record {number} (workload {index}): its trace does not replay "
                             f"({one_line(err, 160)})")
     return failures

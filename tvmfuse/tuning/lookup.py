@@ -24,9 +24,14 @@ from . import database as tuning_db
 EMULATED_SUFFIX = "-emulated"
 
 
+def shipped_folder(target: TargetSpec) -> Path:
+    """The folder of the target's database installed with tvmfuse (it may hold none)."""
+    return env.SHIPPED_TUNING_LOGS / target.key
+
+
 def shipped_database(target: TargetSpec) -> Path | None:
     """The target's database installed with tvmfuse, if it holds records."""
-    folder = env.SHIPPED_TUNING_LOGS / target.key
+    folder = shipped_folder(target)
     return folder if tuning_db.has_database(folder) else None
 
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
-from .. import env, names, strategy
+from .. import names, strategy
 from ..compiler import BuildOptions, analyze
 from ..errors import TvmfuseError
 from ..frontend import ImportedModel
@@ -104,7 +103,7 @@ def stop_jobs() -> bool:
     if not _RUNNING or any(d.resolve() in database.held() for _, d in _RUNNING):
         return False
     for staging, database_dir in list(_RUNNING):
-        added = _merge_staging(staging, database_dir)
+        added = database.merge_job(staging, database_dir)
         log.warning("stopped: %d record(s) of this job merged into %s", added, database_dir)
     return True
 
@@ -126,8 +125,7 @@ def tune_model(model: ImportedModel, target: TargetSpec, options: BuildOptions, 
     emulated = remote is not None and remote.emulated
     database_dir = options.database or lookup.user_database(target, emulated)
     if emulated:
-        own = {lookup.user_database(target).resolve(), (env.SHIPPED_TUNING_LOGS / target.key
-                                                        ).resolve()}
+        own = {lookup.user_database(target).resolve(), lookup.shipped_folder(target).resolve()}
         if database_dir.resolve() in own:
             raise TvmfuseError(f"{remote.key} is an emulator: records measured there must not go "
                                f"into {target.name}'s database {database_dir}; leave --db out "
@@ -202,7 +200,7 @@ def tune(mod, target, database_dir: Path, *, trials: int, scheduler: ApplySchedu
                     trials_per_iter, started, budget_s, progress, _runner(remote, cross_cc))
         finally:
             _RUNNING.remove((staging, database_dir))
-            added = _merge_staging(staging, database_dir)
+            added = database.merge_job(staging, database_dir)
             log.info("tuned for %.0f s; %d record(s) added to %s",
                      time.perf_counter() - started, added, database_dir)
     return plans
@@ -426,12 +424,3 @@ def _tune_context(task):
                           space_generator="post-order-apply", search_strategy="evolutionary",
                           task_name=task.task_name, logger=_SEARCH_LOG, num_threads="physical"
                           ).clone()
-
-
-def _merge_staging(staging: Path, database_dir: Path) -> int:
-    """Merge what the job wrote (its seeds and every task's search) into the database and remove
-    the job's folder; a merge that fails leaves the folder for :func:`database.recover_jobs`."""
-    sources = database.job_databases(staging)
-    added = sum(database.merge_folders(sources, database_dir).added.values()) if sources else 0
-    shutil.rmtree(staging, ignore_errors=True)
-    return added
