@@ -31,6 +31,7 @@ from tvm.relax.frontend.torch import from_exported_program
 
 from . import zoo
 from .errors import TvmfuseError, one_line
+from .passes import WidenIntegerCumsum
 from .specs import DYNAMIC_DIMS, SEED, TensorSpec, format_shape, parse_shape, random_inputs
 
 log = logging.getLogger(__name__)
@@ -250,6 +251,7 @@ def _from_exported(source, kind, program, specs, examples, reference, module) ->
         mod = from_exported_program(program)
     except Exception as err:  # noqa: BLE001 - an unsupported op surfaces as many error types
         raise TvmfuseError(f"TVM cannot import {source}: {one_line(err)}") from None
+    mod = WidenIntegerCumsum()(mod)  # the importer types torch's cumsum as its input's dtype
     return ImportedModel(
         source, kind, mod, tuple(specs), _output_specs(mod, specs), examples, reference, "pytorch",
         module,

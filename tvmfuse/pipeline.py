@@ -15,7 +15,7 @@ from tvm import relax
 from . import strategy
 from .errors import CompileError, TvmfuseError, one_line
 from .passes import (
-    DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldLayoutGlue, FoldMatmulReshape,
+    CheckLegalized, DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldLayoutGlue, FoldMatmulReshape,
     FuseAttention, MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul,
     MergeSummedConv, PrepackWeights, VerifyFusion,
 )
@@ -127,9 +127,13 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         Phase("fuse_patterns", relax.transform.FuseOpsByPattern(
             fusion_patterns(rules), bind_constants=False
         )),
-        # 4. Legalize: every Relax op becomes a TIR PrimFunc; constant subgraphs are folded.
+        # 4. Legalize: every Relax op becomes a TIR PrimFunc (scans and sorts through TVM's
+        #    dispatch, which LegalizeOps leaves alone; an op left is named); constant subgraphs
+        #    are folded.
         Phase("legalize", tvm.transform.Sequential([
+            *backend.library_dispatch_passes(tvm_target),
             relax.transform.LegalizeOps(family.legalize_overrides(rules)),
+            CheckLegalized(),
             relax.transform.AnnotateTIROpPattern(),
             MarkGathersInjective(),  # embedding lookups and mask gathers join their neighbours
             relax.transform.FoldConstant(),

@@ -1,6 +1,7 @@
 """tvmfuse's own Relax passes, one per file (verb_object.py holds VerbObject)."""
 
 from .apply_schedule_rules import ApplyScheduleRules
+from .check_legalized import CheckLegalized
 from .decompose_clip import DecomposeClip
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
@@ -11,11 +12,13 @@ from .mark_gathers_injective import MarkGathersInjective
 from .mark_weights_layout_free import MarkWeightsLayoutFree
 from .merge_parallel_matmul import MergeParallelMatmul
 from .merge_summed_conv import MergeSummedConv
+from .normalize_squeeze_axes import NormalizeSqueezeAxes
 from .prepack_weights import PrepackWeights
 from .verify_fusion import VerifyFusion
+from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
+__all__ = ["ApplyScheduleRules", "CheckLegalized", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
            "FoldLayoutGlue", "FoldMatmulReshape", "FuseAttention", "MarkGathersInjective",
-           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "PrepackWeights",
-           "VerifyFusion", "WinogradConv2D"]
+           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NormalizeSqueezeAxes", "PrepackWeights",
+           "VerifyFusion", "WidenIntegerCumsum", "WinogradConv2D"]

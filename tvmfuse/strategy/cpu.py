@@ -9,7 +9,7 @@ import functools
 import tvm
 from tvm import relax, te, tirx, topi
 
-from ..passes import ApplyScheduleRules, DecomposeClip, WinogradConv2D
+from ..passes import ApplyScheduleRules, DecomposeClip, NormalizeSqueezeAxes, WinogradConv2D
 from ..rules import Rule
 from ..schedules import cpu
 from ..schedules.cpu.attention import attention_kernel
@@ -24,6 +24,7 @@ class CpuStrategy(Strategy):
             return []
         return [
             DecomposeClip(),  # ConvertLayout has no rule for clip (ReLU6)
+            NormalizeSqueezeAxes(),  # nor for squeeze's negative axes
             relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
             relax.transform.FoldConstant(),
             *([WinogradConv2D()] if rules["winograd_conv2d"].enabled else []),

@@ -1,0 +1,227 @@
+"""Real architectures from ``transformers`` configs, random weights, as a user brings them:
+each ``<name>`` (full size) and ``<name>_small`` (a few layers, narrow) is a model factory
+returning ``(module, example_inputs)``, for ``tvmfuse build benchmarks/suite/models.py:<name>``.
+
+None of these shapes was tuned for: sequence 197 and 50 (ViT, CLIP), windows of 49 with shifts
+(Swin), 1500 audio frames (Whisper), squeeze-excite and grouped convs (RegNet, EfficientNet),
+causal decoders with rotary embeddings and RMSNorm (Llama), an encoder-decoder (T5).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+SEED = 0
+
+
+class _Select(nn.Module):
+    """Return one tensor field of a transformers ModelOutput (``last_hidden_state``, ``logits``)."""
+
+    def __init__(self, model: nn.Module, field: str):
+        super().__init__()
+        self.model, self.field = model, field
+
+    def forward(self, *args):
+        return getattr(self.model(*args), self.field)
+
+
+class _Text(nn.Module):
+    def __init__(self, model: nn.Module, field: str):
+        super().__init__()
+        self.model, self.field = model, field
+
+    def forward(self, input_ids, attention_mask):
+        return getattr(self.model(input_ids=input_ids, attention_mask=attention_mask), self.field)
+
+
+class _CausalLM(nn.Module):
+    """A decoder LM without a cache: token ids in, next-token logits for every position out."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+class _Seq2Seq(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, decoder_input_ids):
+        return self.model(input_ids=input_ids, decoder_input_ids=decoder_input_ids,
+                          use_cache=False).logits
+
+
+def _ids(vocab: int, *shape: int) -> torch.Tensor:
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(SEED))
+
+
+def _image(size: int = 224, channels: int = 3) -> torch.Tensor:
+    return torch.randn(1, channels, size, size, generator=torch.Generator().manual_seed(SEED))
+
+
+def _made(build):
+    torch.manual_seed(SEED)
+    module, inputs = build()
+    _calibrate_batch_norms(module.eval(), inputs)
+    return module, inputs
+
+
+def _calibrate_batch_norms(module: nn.Module, inputs) -> None:
+    """Give a convnet's weights a trained network's scale: convs variance-preserving (Kaiming),
+    every BatchNorm the statistics of its input, then random affine terms (so folding it is never
+    a no-op). With transformers' init (std 0.02) and unit running variance EfficientNet's
+    activations vanish: its logits are all zero after 6 blocks, and any build would verify."""
+    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for conv in (m for m in module.modules() if isinstance(m, nn.Conv2d)):
+        nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
+    batch = [torch.cat([t, torch.randn_like(t) if t.is_floating_point() else t]) for t in inputs]
+    with torch.no_grad():
+        for bn in norms:
+            bn.reset_running_stats()
+            bn.momentum = None  # a cumulative average over the calibration batch
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.normal_(0.0, 0.1)
+            bn.train()
+        module(*batch)
+    for bn in norms:
+        bn.eval()
+
+
+def _tf():
+    import transformers  # noqa: PLC0415 - the 'models' extra
+
+    return transformers
+
+
+# --- the architectures: (config, wrapper, inputs) at full size and small ---------------------
+
+
+def _gpt2(small: bool):
+    tf = _tf()
+    kw = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=1000) if small else {}
+    config = tf.GPT2Config(attn_implementation="eager", **kw)
+    seq = 37 if small else 128
+    return _CausalLM(tf.GPT2LMHeadModel(config)), (_ids(config.vocab_size, 1, seq),)
+
+
+def _llama(small: bool):
+    tf = _tf()
+    kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=176, num_attention_heads=4,
+               num_key_value_heads=2, vocab_size=1000) if small else
+          dict(num_hidden_layers=4, hidden_size=1024, intermediate_size=2816,
+               num_attention_heads=16, num_key_value_heads=4, vocab_size=32000))
+    config = tf.LlamaConfig(attn_implementation="eager", **kw)
+    seq = 37 if small else 128
+    return _CausalLM(tf.LlamaForCausalLM(config)), (_ids(config.vocab_size, 1, seq),)
+
+
+def _roberta(small: bool):
+    tf = _tf()
+    kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=256,
+               num_attention_heads=4, vocab_size=1000) if small else {})
+    config = tf.RobertaConfig(attn_implementation="eager", **kw)
+    seq = 77 if small else 77
+    ids = _ids(config.vocab_size, 1, seq)
+    return _Text(tf.RobertaModel(config, add_pooling_layer=False), "last_hidden_state"), (
+        ids, torch.ones_like(ids))
+
+
+def _distilbert(small: bool):
+    tf = _tf()
+    kw = dict(n_layers=2, dim=64, hidden_dim=256, n_heads=4, vocab_size=1000) if small else {}
+    config = tf.DistilBertConfig(attn_implementation="eager", **kw)
+    ids = _ids(config.vocab_size, 1, 50)
+    return _Text(tf.DistilBertModel(config), "last_hidden_state"), (ids, torch.ones_like(ids))
+
+
+def _t5(small: bool):
+    tf = _tf()
+    kw = (dict(num_layers=2, num_decoder_layers=2, d_model=64, d_ff=128, d_kv=16, num_heads=4,
+               vocab_size=1000) if small else
+          dict(num_layers=6, num_decoder_layers=6, d_model=512, d_ff=2048, d_kv=64, num_heads=8))
+    config = tf.T5Config(**kw)
+    return _Seq2Seq(tf.T5ForConditionalGeneration(config)), (
+        _ids(config.vocab_size, 1, 61), _ids(config.vocab_size, 1, 13))
+
+
+def _vit(small: bool):
+    tf = _tf()
+    kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=256,
+               num_attention_heads=4, image_size=56, patch_size=8) if small else {})
+    config = tf.ViTConfig(attn_implementation="eager", **kw)
+    return _Select(tf.ViTModel(config, add_pooling_layer=False), "last_hidden_state"), (
+        _image(config.image_size),)
+
+
+def _clip_vision(small: bool):
+    tf = _tf()
+    kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=256,
+               num_attention_heads=4, image_size=56, patch_size=8) if small else
+          dict(image_size=224, patch_size=32))
+    config = tf.CLIPVisionConfig(attn_implementation="eager", **kw)
+    return _Select(tf.CLIPVisionModel(config), "pooler_output"), (_image(config.image_size),)
+
+
+def _swin(small: bool):
+    tf = _tf()
+    kw = (dict(embed_dim=32, depths=[2, 2], num_heads=[2, 4], image_size=56, window_size=7)
+          if small else {})
+    config = tf.SwinConfig(**kw)
+    return _Select(tf.SwinModel(config), "pooler_output"), (_image(config.image_size),)
+
+
+def _whisper_encoder(small: bool):
+    tf = _tf()
+    kw = (dict(encoder_layers=2, d_model=64, encoder_ffn_dim=256, encoder_attention_heads=4,
+               decoder_attention_heads=4, max_source_positions=75) if small else
+          dict(encoder_layers=4, d_model=384, encoder_ffn_dim=1536, encoder_attention_heads=6,
+               decoder_attention_heads=6))  # whisper-tiny's encoder: 1500 frames
+    config = tf.WhisperConfig(attn_implementation="eager", **kw)
+    frames = 2 * config.max_source_positions
+    features = torch.randn(1, config.num_mel_bins, frames,
+                           generator=torch.Generator().manual_seed(SEED))
+    return _Select(tf.WhisperModel(config).encoder, "last_hidden_state"), (features,)
+
+
+def _regnet(small: bool):
+    tf = _tf()
+    kw = (dict(hidden_sizes=[24, 56], depths=[1, 2], groups_width=8, embedding_size=16)
+          if small else dict(hidden_sizes=[48, 104, 208, 440], depths=[1, 3, 6, 6],
+                             groups_width=8, embedding_size=32))
+    config = tf.RegNetConfig(layer_type="y", num_labels=1000, **kw)  # "y": squeeze-excite
+    return _Select(tf.RegNetForImageClassification(config), "logits"), (_image(64 if small else 224),)
+
+
+def _efficientnet(small: bool):
+    tf = _tf()
+    kw = (dict(width_coefficient=0.25, depth_coefficient=0.3, image_size=64, hidden_dim=320)
+          if small else dict(width_coefficient=1.0, depth_coefficient=1.0, image_size=224,
+                             hidden_dim=1280))  # EfficientNet-B0
+    config = tf.EfficientNetConfig(num_labels=1000, **kw)
+    return _Select(tf.EfficientNetForImageClassification(config), "logits"), (
+        _image(config.image_size),)
+
+
+def _convnext(small: bool):
+    tf = _tf()
+    kw = dict(hidden_sizes=[24, 48], depths=[1, 2], num_stages=2) if small else {}
+    config = tf.ConvNextConfig(num_labels=1000, **kw)
+    return _Select(tf.ConvNextForImageClassification(config), "logits"), (_image(64 if small else 224),)
+
+
+ARCHITECTURES = {
+    "gpt2": _gpt2, "llama": _llama, "roberta": _roberta, "distilbert": _distilbert, "t5": _t5,
+    "vit": _vit, "clip_vision": _clip_vision, "swin": _swin, "whisper_encoder": _whisper_encoder,
+    "regnet": _regnet, "efficientnet": _efficientnet, "convnext": _convnext,
+}
+
+for _name, _build in ARCHITECTURES.items():
+    globals()[_name] = (lambda b: lambda: _made(lambda: b(False)))(_build)
+    globals()[f"{_name}_small"] = (lambda b: lambda: _made(lambda: b(True)))(_build)
