@@ -131,7 +131,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         #    dispatch, which LegalizeOps leaves alone; an op left is named); constant subgraphs
         #    are folded.
         Phase("legalize", tvm.transform.Sequential([
-            *backend.library_dispatch_passes(tvm_target),
+            _dispatch_scans(backend, tvm_target),
             relax.transform.LegalizeOps(family.legalize_overrides(rules)),
             CheckLegalized(),
             relax.transform.AnnotateTIROpPattern(),
@@ -172,6 +172,32 @@ def _attention(family: strategy.Strategy, enabled: bool) -> tvm.transform.Pass:
     """Attention chains as one kernel each, where the target has the kernel."""
     kernel = family.attention_kernel()
     return FuseAttention(kernel) if enabled and kernel is not None else tvm.transform.Sequential([])
+
+
+#: The operators TVM's library dispatch lowers (LegalizeOps leaves them alone).
+_DISPATCHED = ("relax.cumsum", "relax.cumprod", "relax.sort", "relax.argsort", "relax.topk",
+               "relax.bucketize", "relax.multinomial_from_uniform")
+
+
+def _dispatch_scans(backend, tvm_target) -> tvm.transform.Pass:
+    """TVM's dispatch of scans, sorts and sampling, on modules that have them (it rebuilds the
+    whole module, and refuses one whose kernels share a global symbol)."""
+    dispatch = tvm.transform.Sequential(backend.library_dispatch_passes(tvm_target))
+
+    @tvm.transform.module_pass(opt_level=0, name="DispatchScans")
+    def dispatch_scans(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        found = []
+
+        def visit(expr):
+            if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) in _DISPATCHED:
+                found.append(expr)
+
+        for func in mod.functions.values():
+            if isinstance(func, relax.Function):
+                relax.analysis.post_order_visit(func, visit)
+        return dispatch(mod) if found else mod
+
+    return dispatch_scans
 
 
 def _group_builder(target: TargetSpec, options: PipelineOptions):

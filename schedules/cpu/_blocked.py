@@ -59,30 +59,51 @@ def anchor_of(sch: s_tir.Schedule):
     return reductions[0] if len(reductions) == 1 else None
 
 
-def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector) -> Tile | None:
-    """The largest register tile that divides the output and leaves registers for the operands.
+#: How fast a tile of ``blocks`` column vectors runs relative to four, at the same number of
+#: accumulators (197x768x1000 padded to whole tiles on Zen 4: 4x4 220 GFLOP/s, 8x2 164, 16x1
+#: 131): fewer blocks broadcast more inputs per FMA.
+BLOCK_EFFICIENCY = {4: 1.0, 2: 0.8, 1: 0.6}
+
+
+def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
+                pad: bool = False) -> Tile | None:
+    """The register tile with the best :func:`tile_score` for the output, leaving registers for
+    the operands.
 
     ``rows x blocks`` accumulators plus ``blocks`` weight vectors and one broadcast must fit the
     register file; at most half of it holds accumulators (measured on Zen 4: 8x2 and 4x4 tiles
-    ran a 3x3 conv at 109 GFLOP/s, 4x1 at 108, 14x2 at 110, the dense GEMM best at 4x4). Ties go
-    to more column blocks, which reuse each broadcast more.
+    ran a 3x3 conv at 109 GFLOP/s, 4x1 at 108, 14x2 at 110, the dense GEMM best at 4x4). Rows
+    need not divide: the last row tile is predicated outside the vector loop (197 rows ran at
+    227 GFLOP/s, 196 at 224). Columns must divide unless ``pad``: then they are padded to whole
+    tiles of full vectors (see :func:`_pad_columns`).
     """
-    lanes = lanes_for(cols_extent, vector.lanes)
-    if lanes < min(4, vector.lanes):
-        return None
+    lanes = vector.lanes if pad else lanes_for(cols_extent, vector.lanes)
+    if min(lanes, cols_extent) < min(4, vector.lanes):
+        return None  # under four columns (a vector's worth) is not worth a tile
     budget = vector.registers // 2
     best = None
     for blocks in (4, 2, 1):
-        if (cols_extent // lanes) % blocks:
+        if not pad and (cols_extent // lanes) % blocks:
             continue
-        rows = 1
-        if rows_extent is not None:
-            rows = max(r for r in range(1, budget // blocks + 1) if rows_extent % r == 0)
+        rows = min(budget // blocks, rows_extent or 1)
         if rows * blocks + blocks + 1 > vector.registers:
             continue
-        if best is None or rows * blocks > best.rows * best.blocks:
-            best = Tile(rows, blocks, lanes)
+        tile = Tile(rows, blocks, lanes)
+        if best is None or tile_score(tile, rows_extent, cols_extent, vector) > tile_score(
+                best, rows_extent, cols_extent, vector):
+            best = tile
     return best
+
+
+def tile_score(tile: Tile, rows: int | None, cols: int, vector: Vector) -> float:
+    """The expected share of the FMA peak: accumulators doing real rows and columns, in full
+    vectors, with enough blocks to reuse each broadcast."""
+    width = tile.blocks * tile.lanes
+    useful = cols / (-(-cols // width) * width)
+    if rows:
+        useful *= rows / (-(-rows // tile.rows) * tile.rows)
+    filled = min(tile.rows * tile.blocks, vector.registers // 2) / (vector.registers // 2)
+    return BLOCK_EFFICIENCY[tile.blocks] * useful * filled * tile.lanes / vector.lanes
 
 
 def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str], bool], *,
@@ -132,16 +153,33 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     rows = static_extent(sch, spatial[-2]) if len(spatial) > 1 else 1
     if cols is None:
         return None
-    tile = choose_tile(rows, cols, vector)
-    if tile is None or (row_chunks and (rows is None or len(spatial) < 2)):
+    if row_chunks and (rows is None or len(spatial) < 2):
         return None
-    if row_chunks:  # as many chunks as threads, if the row tiles divide into that many
-        row_chunks = max(c for c in range(1, row_chunks + 1) if (rows // tile.rows) % c == 0)
+    tile = choose_tile(rows, cols, vector)
+    padded = choose_tile(rows, cols, vector, pad=True)
+    if padded is not None and (tile is None or tile_score(padded, rows, cols, vector)
+                               > tile_score(tile, rows, cols, vector)):
+        # a column tail, or columns no large tile divides: whole tiles over padded columns
+        tile = padded if _pad_columns(sch, anchor, padded) else tile
+    if tile is None:
+        return None
+    if row_chunks:  # as many chunks as threads, at most one per row tile
+        row_chunks = min(row_chunks, -(-rows // tile.rows))
+    block = sch.get(anchor)
+    loops = sch.get_loops(anchor)
+    spatial = [loop for loop, is_spatial in zip(loops, kinds) if is_spatial]
+    reduce = [loop for loop, is_spatial in zip(loops, kinds) if not is_spatial]
+    vector_axis = [iv.var for iv, is_spatial in zip(block.iter_vars, kinds) if is_spatial]
+    # the copy out of the padded accumulators (the anchor's consumer, when padded) joins the
+    # epilogue, where it is inlined
+    epilogue = [c for c in sch.get_consumers(anchor) if _is_crop(sch, c)] + list(epilogue)
 
     blocks = root_blocks(sch)
     position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(block))
     pack_panels(sch, anchor, vector_axis[-1], tile.blocks * tile.lanes)
     for producer in blocks[:position]:
+        if LAYOUT_REWRITE_PREPROC in sch.get(producer).annotations:
+            continue  # a padded weight, packed at build time
         if inline_large_padding and _padding_outweighs_output(sch, producer, anchor):
             sch.compute_inline(producer)
         elif not _feeds(sch, producer, anchor) and _inlined(sch, producer):
@@ -212,19 +250,56 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
     # weight is shared by)
     shared = [iv.var for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
     shared += spatial[:-2]
+    padded = [(sch.get(p).writes[0].source, p) for p in sch.get_producers(anchor)
+              if _pads_one_of(sch, p, weights)]
     for index, region in enumerate(block.reads):
-        if not any(region.source.same_as(w) for w in weights):
+        pads = [p for buffer, p in padded if region.source.same_as(buffer)]
+        if not pads and not any(region.source.same_as(w) for w in weights):
             continue
         starts = [r.min for r in region.region]
         if not (starts[-1].same_as(axis) and all(
                 any(s.same_as(r) for r in shared) for s in starts[:-1])):
             continue
-        packing = sch.cache_read(anchor, index, "global")
+        # a weight padded to whole panels (see _pad_columns) is packed by its padding block
+        packing = pads[0] if pads else sch.cache_read(anchor, index, "global")
         sch.annotate(packing, LAYOUT_REWRITE_PREPROC, True)
         sch.transform_layout(anchor, ("read", index),
                              lambda *i: (i[-1] // panel, *i[:-1], i[-1] % panel))
         return packing
     return None
+
+
+def _pad_columns(sch: s_tir.Schedule, anchor, tile: Tile) -> bool:
+    """Pad the anchor's output columns to whole ``tile`` widths (``pad_einsum``): the operand
+    read along them (the weight) gets a zero-padded copy, the accumulators the padded width,
+    and a copy block takes the real columns out. Without it the tile shrank to what divides the
+    columns (a classifier's 1000: 8 lanes x 1 block, 100 GFLOP/s; padded to 1024, 4x4 at 220;
+    77 columns: no tile at all, TVM's default at 4 GFLOP/s), and a tail predicated inside the
+    vector loop scalarizes it. False (nothing changed) where the anchor is not an einsum: a
+    conv reads ``h + kh``."""
+    width = tile.blocks * tile.lanes
+    iters = sch.get(anchor).iter_vars
+    last = max(i for i, iv in enumerate(iters) if iv.iter_type == tirx.IterVar.DataPar)
+    try:
+        sch.pad_einsum(anchor, [width if i == last else 1 for i in range(len(iters))])
+    except s_tir.ScheduleError:
+        return False
+    return True
+
+
+def _is_crop(sch: s_tir.Schedule, block) -> bool:
+    """The copy of the real columns out of padded accumulators that ``pad_einsum`` adds."""
+    stmt = sch.get(block)
+    return (len(stmt.reads) == 1 and len(stmt.writes) == 1
+            and stmt.name_hint == stmt.reads[0].source.name)
+
+
+def _pads_one_of(sch: s_tir.Schedule, block, params) -> bool:
+    """``block`` is ``pad_einsum``'s zero-padded copy of one of the buffers ``params``."""
+    stmt = sch.get(block)
+    return (len(stmt.reads) == 1 and len(stmt.writes) == 1
+            and stmt.writes[0].source.name == stmt.reads[0].source.name + "_pad"
+            and any(stmt.reads[0].source.same_as(p) for p in params))
 
 
 def _feeds(sch: s_tir.Schedule, producer, consumer) -> bool:

@@ -147,10 +147,12 @@ def test_layout_free_weights_are_read_in_panels_of_the_register_tile(kind):
     sch = rule.apply(func.with_attr("layout_free_buffers", [1]), AVX512.tvm_target(), False)
     (packing,) = _packing(sch)
     # the weight [k..., 128] is read as [128 / panel, k..., panel], a panel being the tile's
-    # columns: blocks of 16 lanes (4 of them for the GEMM's 4x4 tile, 2 for the conv's 7x2)
+    # columns: 4 blocks of 16 lanes, the 4x4 tile of both (the conv's 14 output columns are
+    # rows of 4 with a predicated tail: 14 of 16 accumulators busy, as in a 7x2 tile, with
+    # twice the blocks per broadcast)
     weight_shape = dict(inputs)["w"]
     packed = packing.writes[0].source
-    panel = {"dense": 64, "conv": 32}[kind]
+    panel = 64
     assert [int(d) for d in packed.ty.shape] == [128 // panel, *weight_shape[:-1], panel]
     assert any(r.source.same_as(packed) for r in sch.get(sch.get_sblock(anchor)).reads)
     x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
