@@ -92,9 +92,10 @@ def import_model(
         specs = _with_batch(_apply_overrides(source, entry.inputs, overrides), batch)
         return _import_torch(source, "zoo", entry.build(), specs, entry.value_ranges, dynamic)
     if ":" in source:
-        module, specs = _call_factory(source)
+        module, specs, examples = _call_factory(source)
         specs = _with_batch(_apply_overrides(source, specs, overrides), batch)
-        return _import_torch(source, "factory", module, specs, {}, dynamic)
+        return _import_torch(source, "factory", module, specs, _ranges_of(examples, specs),
+                             dynamic)
     return zoo.get(source)  # raises the unknown-model error, listing the zoo
 
 
@@ -147,13 +148,24 @@ def _call_factory(source: str):
     names = list(inspect.signature(module.forward).parameters)
     if examples is None:
         specs = tuple(TensorSpec(n, (), "float32") for n in names)  # shapes must come from CLI
-    else:
-        examples = examples if isinstance(examples, (tuple, list)) else (examples,)
-        specs = tuple(
-            TensorSpec(n, tuple(t.shape), str(t.dtype).removeprefix("torch."))
-            for n, t in zip(names, examples)
-        )
-    return module.eval(), specs
+        return module.eval(), specs, {}
+    examples = examples if isinstance(examples, (tuple, list)) else (examples,)
+    specs = tuple(
+        TensorSpec(n, tuple(t.shape), str(t.dtype).removeprefix("torch."))
+        for n, t in zip(names, examples)
+    )
+    return module.eval(), specs, dict(zip(names, examples))
+
+
+def _ranges_of(examples: dict, specs) -> dict[str, tuple[int, int]]:
+    """The value range of each integer example a factory returned (token ids, masks): the
+    inputs drawn for verification stay within what the model was shown."""
+    ranges = {}
+    for spec in specs:
+        example = examples.get(spec.name)
+        if example is not None and not example.is_floating_point() and example.numel():
+            ranges[spec.name] = (int(example.min()), int(example.max()) + 1)
+    return ranges
 
 
 def _apply_overrides(source, specs, overrides) -> tuple[TensorSpec, ...]:
@@ -203,12 +215,35 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> Importe
         with torch.no_grad():
             return _flatten_torch(module(*(torch.from_numpy(a) for a in arrays)))
 
+    vocabularies = _embedding_ranges(program, specs, value_ranges)
+    if vocabularies:  # token ids drawn in (0, 2) would leave the model's embeddings unread
+        log.info("drawing %s below the embedding sizes %s", ", ".join(vocabularies),
+                 ", ".join(str(high) for _, high in vocabularies.values()))
+        examples = random_inputs(specs, {**value_ranges, **vocabularies})
     try:  # torch.export traces with fake tensors: a dtype the module cannot take shows only here
         reference(*examples)
     except Exception as err:  # noqa: BLE001 - as above
         shapes = ", ".join(f"{s.name}{format_shape(s.shape)}:{s.dtype}" for s in specs)
         raise TvmfuseError(f"{source} cannot run on inputs {shapes}: {one_line(err)}") from None
     return _from_exported(source, kind, program, specs, examples, reference, module)
+
+
+def _embedding_ranges(program, specs, known) -> dict[str, tuple[int, int]]:
+    """``(0, vocabulary)`` for each integer input without a known range that indexes an
+    embedding table (``aten.embedding``) directly, from the exported graph."""
+    integer = {s.name for s in specs if not np.issubdtype(np.dtype(s.dtype), np.floating)}
+    user_inputs = dict(zip(program.graph_signature.user_inputs, (s.name for s in specs)))
+    ranges = {}
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.embedding.default:
+            continue
+        weight, indices = node.args[0], node.args[1]
+        name = user_inputs.get(getattr(indices, "name", None))
+        if name in integer and name not in known:
+            rows = int(weight.meta["val"].shape[0])
+            low, high = ranges.get(name, (0, rows))
+            ranges[name] = (low, min(high, rows))
+    return ranges
 
 
 def _import_pt2(path: Path, overrides, dynamic, batch) -> ImportedModel:
@@ -247,6 +282,7 @@ def _flatten_torch(out) -> list[np.ndarray]:
 
 def _from_exported(source, kind, program, specs, examples, reference, module) -> ImportedModel:
 
+    _drop_empty_concat_inputs(program)
     try:
         mod = from_exported_program(program)
     except Exception as err:  # noqa: BLE001 - an unsupported op surfaces as many error types
@@ -256,6 +292,25 @@ def _from_exported(source, kind, program, specs, examples, reference, module) ->
         source, kind, mod, tuple(specs), _output_specs(mod, specs), examples, reference, "pytorch",
         module,
     )
+
+
+def _drop_empty_concat_inputs(program) -> None:
+    """Drop the 1-D empty tensors from every ``aten.cat``, as PyTorch itself skips them (a legacy
+    rule): transformers' KV cache starts each layer as ``torch.tensor([])`` and concatenates the
+    first keys onto it, which TVM's importer refuses ("Concat expects all input tensors to have
+    same ndim")."""
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+            continue
+        tensors = node.args[0]
+        kept = [t for t in tensors if not _legacy_empty(t)]
+        if kept and len(kept) < len(tensors):
+            node.args = (kept, *node.args[1:])
+
+
+def _legacy_empty(node) -> bool:
+    value = getattr(node, "meta", {}).get("val")
+    return value is not None and tuple(value.shape) == (0,)
 
 
 def count_flops(model: ImportedModel) -> float | None:

@@ -46,6 +46,31 @@ class _CausalLM(nn.Module):
         return self.model(input_ids=input_ids, use_cache=False).logits
 
 
+class _CachedLM(nn.Module):
+    """A decoder LM with its KV cache as explicit tensors: token ids and every layer's past keys
+    and values (stacked: ``[layers, batch, kv_heads, past, head_dim]``) in; logits and the
+    updated keys and values out. Without past tensors it is the prefill, which starts the cache."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, past_keys=None, past_values=None):
+        tf = _tf()
+        layers = None if past_keys is None else list(zip(past_keys.unbind(0),
+                                                         past_values.unbind(0)))
+        cache = tf.DynamicCache(layers, config=self.model.config)
+        out = self.model(input_ids=input_ids, cache=cache, use_cache=True)
+        present = (out.cache if hasattr(out, "cache") else out.past_key_values).layers
+        return (out.logits, torch.stack([layer.keys for layer in present]),
+                torch.stack([layer.values for layer in present]))
+
+
+class _Prefill(_CachedLM):
+    def forward(self, input_ids):
+        return super().forward(input_ids)
+
+
 class _Seq2Seq(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -120,6 +145,23 @@ def _llama(small: bool):
     config = tf.LlamaConfig(attn_implementation="eager", **kw)
     seq = 37 if small else 128
     return _CausalLM(tf.LlamaForCausalLM(config)), (_ids(config.vocab_size, 1, seq),)
+
+
+def _llama_decode(small: bool):
+    """One token after 36 (small) or 127 cached ones."""
+    module, (ids,) = _llama(small)
+    config = module.model.config
+    past = ids.shape[1] - 1
+    shape = (config.num_hidden_layers, 1, config.num_key_value_heads, past,
+             config.hidden_size // config.num_attention_heads)
+    generator = torch.Generator().manual_seed(SEED)
+    keys, values = (torch.randn(shape, generator=generator) for _ in range(2))
+    return _CachedLM(module.model), (ids[:, -1:], keys, values)
+
+
+def _llama_prefill(small: bool):
+    module, inputs = _llama(small)
+    return _Prefill(module.model), inputs
 
 
 def _roberta(small: bool):
@@ -217,7 +259,8 @@ def _convnext(small: bool):
 
 
 ARCHITECTURES = {
-    "gpt2": _gpt2, "llama": _llama, "roberta": _roberta, "distilbert": _distilbert, "t5": _t5,
+    "gpt2": _gpt2, "llama": _llama, "llama_prefill": _llama_prefill,
+    "llama_decode": _llama_decode, "roberta": _roberta, "distilbert": _distilbert, "t5": _t5,
     "vit": _vit, "clip_vision": _clip_vision, "swin": _swin, "whisper_encoder": _whisper_encoder,
     "regnet": _regnet, "efficientnet": _efficientnet, "convnext": _convnext,
 }

@@ -189,3 +189,16 @@ def test_cuda_kernel_builds_and_its_rule_turns_it_off(tmp_path):
     off.write_text("[cuda]\nfused_attention = { enabled = false }\n")
     compiled = api.compile_model(model, target, api.BuildOptions(fusion_rules=off))
     assert "attention" not in compiled.analysis.implementations
+
+@pytest.mark.parametrize("seq", [1, 7, 49, 50, 197])
+def test_numbers_match_pytorch_at_sequences_no_tile_divides(tmp_path, seq):
+    """The kernel keeps its 4-row and 16-to-64-key tiles at any length: the last tiles read
+    clamped rows and weigh the keys past the end 0 (a per-query mask, so that a mask read at
+    a wrong row or key would show)."""
+    inputs = _inputs(batch=1, seq=seq, mask_shape=(1, 1, seq, seq), masked=0.3)
+    inputs[1][..., 0] = 0.0  # every query sees at least one key
+    model = api.import_torch(Attention().eval(), inputs)
+    compiled = api.compile_model(model, TARGET, api.BuildOptions(use_database=False))
+    assert any(g.rule == "tvmfuse.fused_attention" for g in compiled.analysis.groups)
+    (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert check.rel_err < 1e-5

@@ -274,3 +274,26 @@ def test_elementwise_inlines_and_vectorizes():
     _close(_run(sch, [x, y], (128, 256)), np.maximum(x.T + y, 0))
     assert cpu.Elementwise(VECTOR).apply(_kernel(*_dense(8, 32, 16, lambda t: t)), None,
                                          False) is None
+
+
+@pytest.mark.parametrize("m,k,n", [(197, 64, 77), (1, 48, 1000), (49, 33, 50), (197, 40, 80),
+                                   (5, 16, 4)])
+def test_dense_keeps_full_vectors_and_its_tile_at_awkward_sizes(m, k, n):
+    """Rows no tile divides get a predicated last row tile, columns no tile divides are padded
+    to whole tiles (the padded weight packed with the rest): the hot loop stays zmm FMAs, never
+    a smaller tile for the whole kernel or a scalar tail inside the vector loop."""
+    inputs, body = _dense(m, k, n, relax.op.nn.relu)
+    func = _kernel(inputs, body).with_attr("layout_free_buffers", [1])
+    sch = cpu.Dense(VECTOR).apply(func, AVX512.tvm_target(), False)
+    assert sch is not None
+    rows, blocks, lanes = _extents(sch, "matmul_update")[-3:]
+    assert lanes == 16
+    assert rows * blocks >= min(16, m * blocks) and rows <= m  # accumulators of the 4x4/8x2
+    assert len(_packing(sch)) == 1  # the weight, padded or not, packed at build time
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    _close(_run(sch, [x, w, b], (1, m, n)), np.maximum(x @ w + b, 0))
+    lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
+                      target=AVX512.tvm_target())
+    fmas = [line for line in lib.mod.inspect_source("asm").splitlines() if "vfmadd" in line]
+    assert fmas and all("ps" in line.split()[0] and "%zmm" in line for line in fmas), \
+        "every FMA should be a packed zmm one: a scalar FMA is a tail inside the vector loop"

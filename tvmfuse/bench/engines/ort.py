@@ -3,6 +3,8 @@ every graph optimisation on and its workers not spinning between runs."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import tempfile
 from pathlib import Path
 
@@ -59,14 +61,22 @@ def export_onnx(ctx: BenchContext) -> Path:
         raise Unavailable("no PyTorch module to export")
     module = module_in_precision(ctx)
     path = Path(tempfile.mkdtemp(prefix="tvmfuse-bench-")) / "model.onnx"
-    try:
-        device = next(module.parameters()).device
-        dtype = getattr(torch, ctx.dtype)
-        args = tuple(torch.from_numpy(a).to(device, dtype if a.dtype.kind == "f" else None)
-                     for a in ctx.inputs)
-        torch.onnx.export(module, args,
-                          str(path), dynamo=False, opset_version=17,
-                          input_names=[s.name for s in ctx.model.inputs])
-    except Exception as err:  # noqa: BLE001 - the exporter raises many types
-        raise Unavailable(f"torch.onnx.export failed: {one_line(err, 200)}") from None
+    device = next(module.parameters()).device
+    dtype = getattr(torch, ctx.dtype)
+    args = tuple(torch.from_numpy(a).to(device, dtype if a.dtype.kind == "f" else None)
+                 for a in ctx.inputs)
+    names = [s.name for s in ctx.model.inputs]
+    try:  # TorchScript's exporter first: what the zoo's published figures were measured with
+        torch.onnx.export(module, args, str(path), dynamo=False, opset_version=17,
+                          input_names=names)
+    except Exception as first:  # noqa: BLE001 - the exporter raises many types
+        # it has no rule for some ops transformers uses (GPT-2's aten::diff); the torch.export
+        # based exporter (onnxscript) covers more
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                torch.onnx.export(module, args, str(path), dynamo=True, input_names=names,
+                                  optimize=True, verbose=False)
+        except Exception as err:  # noqa: BLE001
+            raise Unavailable(f"torch.onnx.export failed: {one_line(first, 200)}; with "
+                              f"dynamo=True: {one_line(err, 200)}") from None
     return path

@@ -1,0 +1,44 @@
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+from tvmfuse import api
+from tvmfuse.passes import NormalizeSqueezeAxes
+from tvmfuse.verify import verify
+
+from conftest import relax_main
+
+
+def test_negative_axes_count_from_the_front():
+    before = relax_main({"x": (1, 64, 1, 1)}, lambda bb, x: relax.op.squeeze(x, [-2, -1]))
+    expected = relax_main({"x": (1, 64, 1, 1)}, lambda bb, x: relax.op.squeeze(x, [2, 3]))
+    tvm.ir.assert_structural_equal(NormalizeSqueezeAxes()(before), expected)
+
+
+@pytest.mark.parametrize("axes", [[2], None])
+def test_non_negative_or_all_axes_are_no_match(axes):
+    before = relax_main({"x": (1, 64, 1, 1)}, lambda bb, x: relax.op.squeeze(x, axes))
+    tvm.ir.assert_structural_equal(NormalizeSqueezeAxes()(before), before)
+
+
+class ConvThenPoolSqueeze(torch.nn.Module):
+    """A conv (which ConvertLayout turns NHWC), and Swin's pooling: mean over the last axes
+    kept, reshaped to 4-D, squeezed at a negative axis. ConvertLayout died on it (bad_alloc)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 4, 4)
+
+    def forward(self, x):
+        y = self.conv(x).flatten(2).transpose(1, 2)  # (1, 16 tokens, 16 channels)
+        pooled = y.transpose(1, 2).unsqueeze(-2).mean((-1, -2), keepdim=True)
+        return pooled.reshape(1, 16, 1, 1).squeeze(-2).squeeze(-1)
+
+
+def test_swin_style_pooling_builds_and_matches_pytorch(tmp_path):
+    torch.manual_seed(0)
+    model = api.import_torch(ConvThenPoolSqueeze().eval(), [torch.randn(1, 3, 16, 16)])
+    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert check.rel_err < 1e-5
