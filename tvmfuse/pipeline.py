@@ -6,6 +6,7 @@ after any of them (``--dump-ir``) and read the fusion groups after ``fuse_ops``.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from tvm import relax
 from . import strategy
 from .errors import CompileError, TvmfuseError, one_line
 from .passes import (
-    CheckLegalized, DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldLayoutGlue, FoldMatmulReshape,
+    DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldLayoutGlue, FoldMatmulReshape,
     FuseAttention, MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul,
     MergeSummedConv, PrepackWeights, VerifyFusion,
 )
@@ -128,12 +129,11 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             fusion_patterns(rules), bind_constants=False
         )),
         # 4. Legalize: every Relax op becomes a TIR PrimFunc (scans and sorts through TVM's
-        #    dispatch, which LegalizeOps leaves alone; an op left is named); constant subgraphs
-        #    are folded.
+        #    dispatch, which LegalizeOps leaves alone; `run` names any op left); constant
+        #    subgraphs are folded.
         Phase("legalize", tvm.transform.Sequential([
             _dispatch_scans(backend, tvm_target),
             relax.transform.LegalizeOps(family.legalize_overrides(rules)),
-            CheckLegalized(),
             relax.transform.AnnotateTIROpPattern(),
             MarkGathersInjective(),  # embedding lookups and mask gathers join their neighbours
             relax.transform.FoldConstant(),
@@ -260,11 +260,47 @@ def run(mod: tvm.IRModule, target: TargetSpec, options: PipelineOptions, *, unti
             except Exception as err:  # noqa: BLE001 - TVM raises builtin types from C++
                 raise CompileError(f"phase {phase.number} ({phase.name}) failed: "
                                    f"{one_line(err)}{_hint(phase.name)}") from err
+            if phase.name == "legalize":
+                _check_lowered(mod, phase)
             if on_phase is not None:
                 on_phase(phase.name, mod)
             if phase.name == until:
                 break
     return mod
+
+
+#: Operators the VM runs itself (calls of kernels and packed functions, shape bookkeeping).
+_RUNTIME_OPS = ("relax.call_", "relax.builtin.", "relax.memory.", "relax.vm.", "relax.hint.",
+                "relax.invoke_", "relax.null_value", "relax.shape_of", "relax.print",
+                "relax.assert_op", "relax.tensor_to_shape", "relax.shape_to_tensor",
+                "relax.to_vdevice")
+
+
+def unlowered_operators(mod: tvm.IRModule) -> Counter:
+    """Graph-level operators (name -> calls) left in ``mod``'s Relax functions: after
+    legalization, those TVM has no lowering for."""
+    left = Counter()
+
+    def visit(expr):
+        if (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)
+                and not expr.op.name.startswith(_RUNTIME_OPS)):
+            left[expr.op.name.removeprefix("relax.")] += 1
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return left
+
+
+def _check_lowered(mod: tvm.IRModule, phase: Phase) -> None:
+    """An operator left after legalization would fail VM codegen with "CodeGenVM cannot emit
+    this Relax operator directly", naming nothing: name it here."""
+    left = unlowered_operators(mod)
+    if left:
+        ops = ", ".join(f"{name} (x{count})" for name, count in sorted(left.items()))
+        raise CompileError(f"phase {phase.number} ({phase.name}): TVM has no lowering for {ops}; "
+                           f"replace that operator in the model (a decomposition before export) "
+                           f"or report the model")
 
 
 def _hint(phase: str) -> str:

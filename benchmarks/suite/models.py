@@ -197,7 +197,7 @@ def _vit(small: bool):
     tf = _tf()
     kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=256,
                num_attention_heads=4, image_size=56, patch_size=8) if small else {})
-    config = tf.ViTConfig(attn_implementation="eager", **kw)
+    config = tf.ViTConfig(**kw)
     return _Select(tf.ViTModel(config, add_pooling_layer=False), "last_hidden_state"), (
         _image(config.image_size),)
 

@@ -67,14 +67,15 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
     """The scheduled kernel for ``shape``; ``lanes`` is the fp32 vector width (16 on AVX-512),
     ``cores`` the threads it should keep busy."""
     B, S, H, D = shape.batch, shape.seq, shape.heads, shape.head_dim  # noqa: N806
+    SK = shape.kv_seq  # noqa: N806 - keys: S but in cross-attention and decoding
     (CQ, QO), (CK, KO), (CV, VO) = shape.q, shape.k, shape.v  # noqa: N806
     MB, MH, MQ, MK = shape.mask  # noqa: N806
     # A mask dimension of 1 is broadcast: its index is multiplied by 0.
     fb, fh, fq, fk = (int(n != 1) for n in (MB, MH, MQ, MK))
     R = 4  # noqa: N806 - rows computed together: R x TK scores, R x D outputs in registers
-    TK = _key_tile(S, lanes)  # noqa: N806 - keys per tile: up to four vectors of scores
+    TK = _key_tile(SK, lanes)  # noqa: N806 - keys per tile: up to four vectors of scores
     assert TK <= 64, "tree() below halves at most 64 scores"
-    NK = -(-S // TK)  # noqa: N806
+    NK = -(-SK // TK)  # noqa: N806
     # Query rows per task: as many as leave four tasks per core (each task transposes its keys
     # once, so larger tiles transpose less), a multiple of R. Neither tile need divide the
     # sequence (197 = 14 x 14 patches + 1 is prime): past its end, query rows read the last row
@@ -84,7 +85,7 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
         tasks += 1
     TQ = R * -(-S // (tasks * R))  # noqa: N806
     NQ = -(-S // TQ)  # noqa: N806
-    last = S - 1
+    last, last_key = S - 1, SK - 1
     scale = float(shape.scale)
     dtype = shape.dtype
 
@@ -111,8 +112,8 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
             fold(buf, op, 1)
 
     @T.prim_func(private=True)
-    def attention(q: T.Buffer((B, S, CQ), dtype), k: T.Buffer((B, S, CK), dtype),
-                  v: T.Buffer((B, S, CV), dtype), mask: T.Buffer((MB, MH, MQ, MK), dtype),
+    def attention(q: T.Buffer((B, S, CQ), dtype), k: T.Buffer((B, SK, CK), dtype),
+                  v: T.Buffer((B, SK, CV), dtype), mask: T.Buffer((MB, MH, MQ, MK), dtype),
                   out: T.Buffer((B, S, H * D), dtype)):
         T.func_attr({"tirx.noalias": True, IS_SCHEDULED: True, SCHEDULE: NAME})
         for task in T.parallel(B * H * NQ):
@@ -131,7 +132,7 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
                         acc[i, d] = T.float32(0)
                 for kb in range(NK):
                     for j, d in T.grid(TK, D):
-                        kt[d, j] = T.Cast("float32", k[b, T.min(kb * TK + j, last),
+                        kt[d, j] = T.Cast("float32", k[b, T.min(kb * TK + j, last_key),
                                                        KO + h * D + d])
                     for ib in range(TQ // R):
                         if True:  # registers of R rows
@@ -151,10 +152,10 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
                             for r in T.unroll(R):
                                 for j in T.vectorized(TK):
                                     s[r, j] = T.if_then_else(
-                                        kb * TK + j < S,
+                                        kb * TK + j < SK,
                                         s[r, j] * T.float32(scale) + T.Cast("float32", mask[
                                             b * fb, h * fh, T.min(i0 + r, last) * fq,
-                                            T.min(kb * TK + j, last) * fk]),
+                                            T.min(kb * TK + j, last_key) * fk]),
                                         T.min_value("float32"))
                                 # the online softmax: a new maximum rescales what was summed
                                 for j in T.vectorized(TK):
@@ -165,7 +166,7 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
                                 row_max[ib * R + r] = red[0]
                                 for j in T.vectorized(TK):
                                     s[r, j] = T.if_then_else(  # keys past the end weigh 0
-                                        kb * TK + j < S, fast_exp(s[r, j] - red[0]),
+                                        kb * TK + j < SK, fast_exp(s[r, j] - red[0]),
                                         T.float32(0))
                                     red[j] = s[r, j]
                                 tree(red, T.Add)
@@ -176,14 +177,18 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
                                 for r in T.unroll(R):
                                     for d in T.vectorized(D):
                                         o[r, d] = o[r, d] + s[r, j] * T.Cast("float32", v[
-                                            b, T.min(kb * TK + j, last), VO + h * D + d])
+                                            b, T.min(kb * TK + j, last_key), VO + h * D + d])
                             for r in T.unroll(R):
                                 for d in T.vectorized(D):
                                     acc[ib * R + r, d] = o[r, d]
                 for i in range(TQ):
                     if q0 + i < S:
                         for d in T.vectorized(D):
-                            out[b, q0 + i, h * D + d] = T.Cast(dtype, acc[i, d] / row_sum[i])
+                            # a row whose keys are all masked with -inf sums to 0: it gets
+                            # 0, as PyTorch's scaled_dot_product_attention gives it
+                            out[b, q0 + i, h * D + d] = T.Cast(dtype, T.if_then_else(
+                                row_sum[i] > T.float32(0), acc[i, d] / row_sum[i],
+                                T.float32(0)))
 
     return attention
 

@@ -34,8 +34,11 @@ WARP = 32
 ROWS = 4
 
 
-def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc:
-    """The scheduled CUDA kernel for ``shape``."""
+def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc | None:
+    """The scheduled CUDA kernel for ``shape``; None for cross-attention and decoding steps
+    (queries and keys of different lengths), which this kernel does not handle."""
+    if shape.kv_seq != shape.seq:
+        return None
     B, S, H, D = shape.batch, shape.seq, shape.heads, shape.head_dim  # noqa: N806
     (CQ, QO), (CK, KO), (CV, VO) = shape.q, shape.k, shape.v  # noqa: N806
     MB, MH, MQ, MK = shape.mask  # noqa: N806
@@ -120,6 +123,7 @@ def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc:
                     if block % NQ * ROWS + w < S:
                         for c in T.unroll(C):
                             if c * WARP + lane < D:
-                                out[b, i, h * D + c * WARP + lane] = T.Cast(dtype, acc[c] / st[1])
+                                out[b, i, h * D + c * WARP + lane] = T.Cast(dtype, T.if_then_else(
+                                    st[1] > T.float32(0), acc[c] / st[1], T.float32(0)))
 
     return attention

@@ -1,7 +1,6 @@
 """tvmfuse's own Relax passes, one per file (verb_object.py holds VerbObject)."""
 
 from .apply_schedule_rules import ApplyScheduleRules
-from .check_legalized import CheckLegalized
 from .decompose_clip import DecomposeClip
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
@@ -18,7 +17,7 @@ from .verify_fusion import VerifyFusion
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyScheduleRules", "CheckLegalized", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
+__all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
            "FoldLayoutGlue", "FoldMatmulReshape", "FuseAttention", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NormalizeSqueezeAxes", "PrepackWeights",
            "VerifyFusion", "WidenIntegerCumsum", "WinogradConv2D"]

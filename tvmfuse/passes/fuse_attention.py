@@ -41,7 +41,8 @@ RULE = "tvmfuse.fused_attention"
 
 @dataclass(frozen=True)
 class AttentionShape:
-    """One attention call: ``batch`` x ``heads`` heads of ``head_dim``, ``seq`` queries and keys.
+    """One attention call: ``batch`` x ``heads`` heads of ``head_dim``, ``seq`` queries and
+    ``kv_seq`` keys (as many unless it is cross-attention or a decoding step over a cache).
 
     ``q``, ``k``, ``v`` are ``(channels, offset)``: the width of the ``[batch, seq, channels]``
     tensor each is read from and the channel where head 0 starts. ``mask`` is the shape of the
@@ -57,14 +58,23 @@ class AttentionShape:
     mask: tuple[int, int, int, int]
     scale: float
     dtype: str = "float32"
+    kv_seq: int | None = None
+
+    def __post_init__(self):
+        if self.kv_seq is None:
+            object.__setattr__(self, "kv_seq", self.seq)
 
 
 @dataclass(frozen=True)
 class _Operand:
-    """Heads of Q, K or V: read from ``tensor`` ([B, S, C]) starting at channel ``offset``."""
+    """Heads of Q, K or V: read from ``tensor`` ([B, S, C]) starting at channel ``offset``; or,
+    with ``heads_first``, ``tensor`` is already ``[B, H, S, D]`` (rotary embeddings applied to
+    the heads, grouped-query K and V repeated per head) and the kernel's call merges it to
+    ``[B, S, H * D]`` first (a copy, which FuseOps joins to the kernel that computes it)."""
 
     tensor: relax.Expr
     offset: int
+    heads_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,7 +102,8 @@ class FuseAttention:
     Parameters
     ----------
     kernel : callable
-        ``AttentionShape -> tirx.PrimFunc``: the target's scheduled attention kernel.
+        ``AttentionShape -> tirx.PrimFunc``: the target's scheduled attention kernel, or None
+        for a shape it has no kernel for (that chain is left as it is).
     """
 
     def __init__(self, kernel: Callable):
@@ -101,10 +112,17 @@ class FuseAttention:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         found = {gvar: _find(func) for gvar, func in mod.functions.items()
                  if isinstance(func, relax.Function) and not func.attrs.get("Primitive", False)}
+        kernels = {}
+        for matches in found.values():
+            for var, match in list(matches.items()):
+                if match.shape not in kernels:
+                    kernels[match.shape] = self.kernel(match.shape)
+                if kernels[match.shape] is None:  # the target has no kernel for this one
+                    del matches[var]
         found = {gvar: matches for gvar, matches in found.items() if matches}
         if not found:
             return mod
-        rewriter = _Rewriter(mod, self.kernel)
+        rewriter = _Rewriter(mod, kernels.__getitem__)
         for gvar, matches in found.items():
             rewriter.matches = matches
             rewriter.builder_.update_func(gvar, rewriter.visit_expr(mod[gvar]))
@@ -133,9 +151,9 @@ def _find(func: relax.Function) -> dict[relax.Var, _Match]:
 def _match(softmax: relax.VarBinding, values, users):
     probs = softmax.var
     shape = _shape(probs)
-    if shape is None or len(shape) != 4 or shape[2] != shape[3]:
+    if shape is None or len(shape) != 4:
         return None
-    batch, heads, seq, _ = shape
+    batch, heads, seq, kv_seq = shape
     if int(softmax.value.attrs.axis) not in (-1, 3):
         return None
     # backwards: [add mask] <- [multiply/divide scale] <- reshape <- matmul(Q heads, K^T heads)
@@ -150,18 +168,20 @@ def _match(softmax: relax.VarBinding, values, users):
     qk = _through_views(values, scores)
     if not calls_op(qk, "relax.matmul"):
         return None
-    q = _heads(values, qk.args[0], shape, transposed=False)
-    k = _heads(values, qk.args[1], shape, transposed=True)
+    q = _heads(values, qk.args[0], batch, heads, seq, transposed=False)
+    k = _heads(values, qk.args[1], batch, heads, kv_seq, transposed=True)
     if q is None or k is None or q[1] != k[1]:
         return None
     head_dim = q[1]
-    # forwards: probs -> [broadcast_to, reshape] -> matmul(., V heads) -> reshape -> permute ->
-    # reshape [B, S, H * D]
-    pv = _forward_to(probs, values, users, "relax.matmul")
-    if pv is None or not _same_tensor(values, pv[1].args[0], probs):
+    scale *= q[2] * k[2]  # PyTorch's SDPA scales Q and K^T by sqrt(scale) each
+    # forwards: probs -> [the safe softmax's zeros for rows without a key, broadcast_to,
+    # reshape] -> matmul(., V heads) -> reshape -> permute(s) -> reshape [B, S, H * D]
+    pv = _forward_to(probs, values, users, "relax.matmul",
+                     guard=lambda where: _is_no_key_guard(values, where, softmax.value.args[0]))
+    if pv is None:
         return None
-    v = _heads(values, pv[1].args[1], shape, transposed=False)
-    if v is None or v[1] != head_dim:
+    v = _heads(values, pv[1].args[1], batch, heads, kv_seq, transposed=False)
+    if v is None or v[1] != head_dim or v[2] != 1.0:
         return None
     merged = _merge_heads(pv[0], values, users, (batch, seq, heads * head_dim))
     if merged is None:
@@ -170,11 +190,18 @@ def _match(softmax: relax.VarBinding, values, users):
     if any(str(t.tensor.ty.dtype) != dtype for t in (q[0], k[0], v[0])):
         return None
     attention = AttentionShape(
-        batch=batch, seq=seq, heads=heads, head_dim=head_dim,
-        q=(_shape(q[0].tensor)[2], q[0].offset), k=(_shape(k[0].tensor)[2], k[0].offset),
-        v=(_shape(v[0].tensor)[2], v[0].offset),
+        batch=batch, seq=seq, kv_seq=kv_seq, heads=heads, head_dim=head_dim,
+        q=_channels(q[0], heads * head_dim), k=_channels(k[0], heads * head_dim),
+        v=_channels(v[0], heads * head_dim),
         mask=tuple(_shape(mask)) if mask is not None else (1, 1, 1, 1), scale=scale, dtype=dtype)
     return merged, _Match(attention, q[0], k[0], v[0], mask)
+
+
+def _channels(operand: _Operand, merged: int) -> tuple[int, int]:
+    """(channels, offset) of the ``[B, S, C]`` tensor the kernel reads ``operand`` from."""
+    if operand.heads_first:
+        return merged, 0
+    return _shape(operand.tensor)[2], operand.offset
 
 
 def _split_mask(add: relax.Call, values, shape):
@@ -209,21 +236,63 @@ def _scale(values, expr):
     return _peel(values, scores), constant if multiply else 1.0 / constant
 
 
-def _heads(values, expr, shape, transposed: bool):
-    """(operand, head_dim) when ``expr`` is the heads of a ``[B, S, H * D]`` tensor as
-    ``[B * H, S, D]`` or ``[B, H, S, D]`` (``D`` and ``S`` swapped when ``transposed``)."""
-    batch, heads, seq, _ = shape
-    expr = _through_views(values, expr, keep_4d=True)
+def _heads(values, expr, batch, heads, seq, transposed: bool):
+    """(operand, head_dim, factor) when ``expr`` is ``factor`` (a scalar constant, 1 if none)
+    times the heads of a ``[B, S, H * D]`` tensor as ``[B * H, S, D]`` or ``[B, H, S, D]`` (``D``
+    and ``S`` swapped when ``transposed``), or of any ``[B, H, S, D]`` tensor."""
+    expr, factor = _unscale(values, _through_views(values, expr, keep_4d=True))
     if transposed:
-        if calls_op(expr, "relax.permute_dims") and _axes(expr) == [0, 1, 3, 2]:
-            expr = _through_views(values, expr.args[0], keep_4d=True)
-        elif calls_op(expr, "relax.permute_dims") and _axes(expr) == [0, 2, 3, 1]:
-            return _split(values, expr.args[0], batch, seq, heads)
-        else:
+        if calls_op(expr, "relax.permute_dims") and _axes(expr) == [0, 2, 3, 1]:
+            split = _split(values, expr.args[0], batch, seq, heads)
+            return None if split is None else (*split, factor)
+        if not (calls_op(expr, "relax.permute_dims") and _axes(expr) == [0, 1, 3, 2]):
             return None
-    if not (calls_op(expr, "relax.permute_dims") and _axes(expr) == [0, 2, 1, 3]):
+        expr, more = _unscale(values, _through_views(values, expr.args[0], keep_4d=True))
+        factor *= more
+    if calls_op(expr, "relax.permute_dims") and _axes(expr) == [0, 2, 1, 3]:
+        split = _split(values, expr.args[0], batch, seq, heads)
+        if split is not None:
+            return (*split, factor)
+    found = _shape(expr)
+    if found is None or len(found) != 4 or found[:3] != [batch, heads, seq]:
         return None
-    return _split(values, expr.args[0], batch, seq, heads)
+    return _Operand(expr, 0, heads_first=True), found[3], factor
+
+
+def _unscale(values, expr):
+    """(x, c) of ``x * c`` for a scalar constant ``c`` (repeatedly); (expr, 1.0) otherwise."""
+    factor = 1.0
+    while calls_op(expr, "relax.multiply"):
+        for x, c in (expr.args, expr.args[::-1]):
+            constant = _scalar(c)
+            if constant is not None:
+                factor *= constant
+                expr = _peel(values, x)
+                break
+        else:
+            break
+    return expr, factor
+
+
+def _is_no_key_guard(values, where: relax.Call, scores) -> bool:
+    """``where`` is the safe softmax of PyTorch's SDPA: ``where(no_key, 0, probs)`` where
+    ``no_key`` says a row's scores are all -inf, computed as ``not(max(int8(not(scores ==
+    -inf)), -1, keepdims))``. The kernel gives such rows 0 as well."""
+    zeros = where.args[1]
+    if not (isinstance(zeros, tvm.ir.expr.GenericConst) and not np.any(zeros.value.numpy())):
+        return False
+    expr, ops = _peel(values, where.args[0]), []
+    while calls_op(expr, "relax.logical_not") or calls_op(expr, "relax.astype") or calls_op(
+            expr, "relax.max"):
+        ops.append(expr.op.name)
+        if expr.op.name == "relax.max" and [int(a) for a in expr.attrs.axis] not in ([-1], [3]):
+            return False
+        expr = _peel(values, expr.args[0])
+    if not calls_op(expr, "relax.equal") or ops.count("relax.logical_not") != 2 \
+            or "relax.max" not in ops:
+        return False
+    bound = _scalar(expr.args[1])
+    return bound == float("-inf") and _peel(values, expr.args[0]).same_as(_peel(values, scores))
 
 
 def _split(values, expr, batch, seq, heads):
@@ -257,30 +326,40 @@ def _operand(values, expr) -> _Operand:
 
 
 def _merge_heads(var, values, users, flat_shape):
-    """The ``reshape([B, S, H * D])`` variable that merges ``var``'s ``[B * H, S, D]`` heads."""
+    """The ``reshape([B, S, H * D])`` variable that merges ``var``'s ``[B * H, S, D]`` heads
+    (through permutations that compose to ``[0, 2, 1, 3]``: SDPA's output takes three)."""
     step = _only_user(var, values, users)
     if (step is not None and calls_op(values[step], "relax.reshape")
             and len(_shape(step) or ()) == 4):
         var, step = step, _only_user(step, values, users)
-    if step is None or not (calls_op(values[step], "relax.permute_dims")
-                            and _axes(values[step]) == [0, 2, 1, 3]):
+    order = [0, 1, 2, 3]
+    while step is not None and calls_op(values[step], "relax.permute_dims"):
+        order = [order[a] for a in _axes(values[step])]
+        var, step = step, _only_user(step, values, users)
+    if order != [0, 2, 1, 3]:
         return None
-    merged = _only_user(step, values, users)
+    merged = step
     if (merged is None or not calls_op(values[merged], "relax.reshape")
             or _shape(merged) != list(flat_shape)):
         return None
     return merged
 
 
-def _forward_to(var, values, users, op: str):
-    """Follow ``var``'s single users through views to the first ``op`` call: (its var, call)."""
+def _forward_to(var, values, users, op: str, guard=lambda where: False):
+    """Follow ``var``'s single users through views (and ``where`` calls that ``guard``
+    accepts, choosing between a constant and ``var``) to the first ``op`` call that takes it
+    as its first argument: (its var, call)."""
+    source = var  # what the views show, for the check that ``op`` reads it
     while True:
         step = _only_user(var, values, users)
         if step is None:
             return None
         value = values[step]
         if calls_op(value, op):
-            return step, value
+            return (step, value) if _same_tensor(values, value.args[0], source) else None
+        if calls_op(value, "relax.where") and value.args[2].same_as(var) and guard(value):
+            var = source = step
+            continue
         if not (calls_op(value, "relax.broadcast_to") or calls_op(value, "relax.reshape")):
             return None
         var = step
@@ -375,8 +454,18 @@ class _Rewriter(relax.PyExprMutator):
             self.kernels[shape] = gvar
         mask = (self.visit_expr(match.mask) if match.mask is not None
                 else relax.const(np.zeros((1, 1, 1, 1), shape.dtype)))
-        args = [self.visit_expr(o.tensor) for o in (match.q, match.k, match.v)] + [mask]
+        args = [self._flat(match.q, shape, shape.seq), self._flat(match.k, shape, shape.kv_seq),
+                self._flat(match.v, shape, shape.kv_seq), mask]
         out = relax.TensorType((shape.batch, shape.seq, shape.heads * shape.head_dim),
                                      shape.dtype)
         call = self.builder_.emit(relax.call_tir(gvar, args, out), "attention")
         self.set_var_remap(binding.var, call)
+
+    def _flat(self, operand: _Operand, shape: AttentionShape, seq: int) -> relax.Expr:
+        """The ``[B, seq, C]`` tensor the kernel reads ``operand`` from."""
+        tensor = self.visit_expr(operand.tensor)
+        if not operand.heads_first:
+            return tensor
+        merged = self.builder_.emit(relax.op.permute_dims(tensor, [0, 2, 1, 3]))
+        return self.builder_.emit(relax.op.reshape(
+            merged, (shape.batch, seq, shape.heads * shape.head_dim)))
