@@ -90,3 +90,39 @@ def test_gelu_erf_is_a_polynomial_on_cpus_and_matches_pytorch(tmp_path):
     compiled = api.compile_model(model, target, api.BuildOptions())
     (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
     assert check.rel_err < 1e-6
+
+
+def _exp_calls(mod) -> int:
+    import tvm
+
+    return sum(func.script().count("T.exp(") + func.script().count("T.tanh(")
+               + func.script().count("T.sigmoid(")
+               for func in mod.functions.values() if isinstance(func, tvm.tirx.PrimFunc))
+
+
+def test_sigmoid_and_tanh_are_polynomials_on_cpus_and_match_pytorch(tmp_path):
+    """SiLU (x * sigmoid(x) once exported: EfficientNet's epilogues) and tanh (GPT-2's GELU)."""
+    import torch
+
+    from tvmfuse.verify import verify
+
+    class ConvSiluTanh(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(8, 32, 1)
+
+        def forward(self, x):
+            return torch.tanh(torch.nn.functional.silu(self.conv(x)))
+
+    torch.manual_seed(0)
+    model = api.import_torch(ConvSiluTanh().eval(), [torch.randn(1, 8, 12, 12) * 4])
+    target = api.get_target("avx512")
+    fast, _ = api.analyze(model, target, api.BuildOptions(), until="fuse_tir")
+    assert _exp_calls(fast) == 0
+    off = tmp_path / "off.toml"
+    off.write_text("[default]\nfast_exp = { enabled = false }\n")
+    libm, _ = api.analyze(model, target, api.BuildOptions(fusion_rules=off), until="fuse_tir")
+    assert _exp_calls(libm) == 2
+    compiled = api.compile_model(model, target, api.BuildOptions())
+    (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert check.rel_err < 1e-6

@@ -17,8 +17,8 @@ from . import strategy
 from .errors import CompileError, TvmfuseError, one_line
 from .passes import (
     DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldLayoutGlue, FoldMatmulReshape,
-    FuseAttention, MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul,
-    MergeSummedConv, PrepackWeights, VerifyFusion,
+    FoldPadIntoConv, FuseAttention, GlobalPoolToReduce, MarkGathersInjective, MarkWeightsLayoutFree,
+    MergeParallelMatmul, MergeSummedConv, PrepackWeights, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -103,6 +103,8 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         #    in those layouts, summed 1x1 convs as one conv and layout no-ops folded away.
         Phase("fold", tvm.transform.Sequential([
             relax.transform.FoldConstant(),
+            GlobalPoolToReduce(),  # a pool whose window is the whole input: a mean
+            FoldPadIntoConv(),  # "same" padding as its own pad op: the conv's padding
             _if(rules["fold_batch_norm"].enabled, FoldBatchNorm()),
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,

@@ -131,7 +131,7 @@ def _tf():
 def _gpt2(small: bool):
     tf = _tf()
     kw = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=1000) if small else {}
-    config = tf.GPT2Config(attn_implementation="eager", **kw)
+    config = tf.GPT2Config(**kw)
     seq = 37 if small else 128
     return _CausalLM(tf.GPT2LMHeadModel(config)), (_ids(config.vocab_size, 1, seq),)
 
@@ -142,7 +142,7 @@ def _llama(small: bool):
                num_key_value_heads=2, vocab_size=1000) if small else
           dict(num_hidden_layers=4, hidden_size=1024, intermediate_size=2816,
                num_attention_heads=16, num_key_value_heads=4, vocab_size=32000))
-    config = tf.LlamaConfig(attn_implementation="eager", **kw)
+    config = tf.LlamaConfig(**kw)
     seq = 37 if small else 128
     return _CausalLM(tf.LlamaForCausalLM(config)), (_ids(config.vocab_size, 1, seq),)
 
@@ -168,7 +168,7 @@ def _roberta(small: bool):
     tf = _tf()
     kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=256,
                num_attention_heads=4, vocab_size=1000) if small else {})
-    config = tf.RobertaConfig(attn_implementation="eager", **kw)
+    config = tf.RobertaConfig(**kw)
     seq = 77 if small else 77
     ids = _ids(config.vocab_size, 1, seq)
     return _Text(tf.RobertaModel(config, add_pooling_layer=False), "last_hidden_state"), (
@@ -178,7 +178,7 @@ def _roberta(small: bool):
 def _distilbert(small: bool):
     tf = _tf()
     kw = dict(n_layers=2, dim=64, hidden_dim=256, n_heads=4, vocab_size=1000) if small else {}
-    config = tf.DistilBertConfig(attn_implementation="eager", **kw)
+    config = tf.DistilBertConfig(**kw)
     ids = _ids(config.vocab_size, 1, 50)
     return _Text(tf.DistilBertModel(config), "last_hidden_state"), (ids, torch.ones_like(ids))
 
@@ -207,7 +207,7 @@ def _clip_vision(small: bool):
     kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=256,
                num_attention_heads=4, image_size=56, patch_size=8) if small else
           dict(image_size=224, patch_size=32))
-    config = tf.CLIPVisionConfig(attn_implementation="eager", **kw)
+    config = tf.CLIPVisionConfig(**kw)
     return _Select(tf.CLIPVisionModel(config), "pooler_output"), (_image(config.image_size),)
 
 
@@ -225,7 +225,7 @@ def _whisper_encoder(small: bool):
                decoder_attention_heads=4, max_source_positions=75) if small else
           dict(encoder_layers=4, d_model=384, encoder_ffn_dim=1536, encoder_attention_heads=6,
                decoder_attention_heads=6))  # whisper-tiny's encoder: 1500 frames
-    config = tf.WhisperConfig(attn_implementation="eager", **kw)
+    config = tf.WhisperConfig(**kw)
     frames = 2 * config.max_source_positions
     features = torch.randn(1, config.num_mel_bins, frames,
                            generator=torch.Generator().manual_seed(SEED))

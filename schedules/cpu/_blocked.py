@@ -275,11 +275,18 @@ def _pad_columns(sch: s_tir.Schedule, anchor, tile: Tile) -> bool:
     and a copy block takes the real columns out. Without it the tile shrank to what divides the
     columns (a classifier's 1000: 8 lanes x 1 block, 100 GFLOP/s; padded to 1024, 4x4 at 220;
     77 columns: no tile at all, TVM's default at 4 GFLOP/s), and a tail predicated inside the
-    vector loop scalarizes it. False (nothing changed) where the anchor is not an einsum: a
-    conv reads ``h + kh``."""
+    vector loop scalarizes it. False (nothing changed) where what is read along the columns is
+    not a weight packed at build time, or the anchor is not an einsum (a conv reads ``h + kh``)."""
     width = tile.blocks * tile.lanes
-    iters = sch.get(anchor).iter_vars
+    block = sch.get(anchor)
+    iters = block.iter_vars
     last = max(i for i, iv in enumerate(iters) if iv.iter_type == tirx.IterVar.DataPar)
+    func = sch.mod["main"]
+    free = func.attrs.get(LAYOUT_FREE_BUFFERS) if func.attrs is not None else None
+    weights = [func.params[int(i)] for i in free or ()]
+    along = [r.source for r in block.reads if r.region[-1].min.same_as(iters[last].var)]
+    if not along or not all(any(b.same_as(w) for w in weights) for b in along):
+        return False  # padding an activation is a copy on every call (a pool's input: 1.6 MB)
     try:
         sch.pad_einsum(anchor, [width if i == last else 1 for i in range(len(iters))])
     except s_tir.ScheduleError:

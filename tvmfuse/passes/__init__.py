@@ -6,7 +6,9 @@ from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
 from .fold_layout_glue import FoldLayoutGlue
 from .fold_matmul_reshape import FoldMatmulReshape
+from .fold_pad_into_conv import FoldPadIntoConv
 from .fuse_attention import FuseAttention
+from .global_pool_to_reduce import GlobalPoolToReduce
 from .mark_gathers_injective import MarkGathersInjective
 from .mark_weights_layout_free import MarkWeightsLayoutFree
 from .merge_parallel_matmul import MergeParallelMatmul
@@ -18,6 +20,6 @@ from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
 __all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
-           "FoldLayoutGlue", "FoldMatmulReshape", "FuseAttention", "MarkGathersInjective",
+           "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NormalizeSqueezeAxes", "PrepackWeights",
            "VerifyFusion", "WidenIntegerCumsum", "WinogradConv2D"]

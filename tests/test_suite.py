@@ -1,0 +1,53 @@
+"""The model suite (benchmarks/suite/models.py): real `transformers` architectures, none of them
+fitted for, imported as a user brings them (a ``file.py:factory``, transformers' default
+attention), built, verified against PyTorch on inputs that exercise them, each attention layer
+one kernel. Small configs here; the full sizes are the slow tests and BENCHMARKS.md's table."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from tvmfuse import api
+from tvmfuse.verify import verify
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks" / "suite"))
+from models import ARCHITECTURES  # noqa: E402
+
+SUITE = "benchmarks/suite/models.py"
+TARGET = api.get_target("avx512")
+#: Architectures without attention layers.
+CONVNETS = {"regnet", "efficientnet", "convnext"}
+
+
+def _check(source: str, tmp_path):
+    model = api.import_model(source)
+    for ref in model.reference(*model.example_inputs):
+        assert np.std(ref) > 0, f"{source}: a constant output cannot tell a wrong build"
+    ids = [a for s, a in zip(model.inputs, model.example_inputs) if s.name == "input_ids"]
+    if ids:  # token ids drawn across the vocabulary, not in (0, 2)
+        assert ids[0].max() > 100
+    compiled = api.compile_model(model, TARGET, api.BuildOptions(use_database=False))
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert max(c.rel_err for c in checks) < 1e-4
+    return compiled
+
+
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_small_config_builds_verifies_and_fuses_attention(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    compiled = _check(f"{SUITE}:{name}_small", tmp_path)
+    rules = {g.rule for g in compiled.analysis.groups}
+    if name not in CONVNETS:
+        assert "tvmfuse.fused_attention" in rules, f"{name}: attention not fused"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_full_size_builds_and_verifies(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    _check(f"{SUITE}:{name}", tmp_path)
