@@ -1,6 +1,7 @@
 """tvmfuse's own Relax passes, one per file (verb_object.py holds VerbObject)."""
 
 from .apply_schedule_rules import ApplyScheduleRules
+from .conv1d_as_conv2d import Conv1DAsConv2D
 from .decompose_clip import DecomposeClip
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
@@ -19,7 +20,7 @@ from .verify_fusion import VerifyFusion
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyScheduleRules", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
+__all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
            "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NormalizeSqueezeAxes", "PrepackWeights",
            "VerifyFusion", "WidenIntegerCumsum", "WinogradConv2D"]
