@@ -157,14 +157,21 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         return None
     tile = choose_tile(rows, cols, vector)
     padded = choose_tile(rows, cols, vector, pad=True)
+    # a column tail, or columns no large tile divides: whole tiles over padded columns; and
+    # with whole rows per thread (row_chunks) the rows too: a predicated row tail inside a
+    # thread's serial loop over tiles halved the GEMM (77 rows: 121 GFLOP/s, 80: 222)
     if padded is not None and (tile is None or tile_score(padded, rows, cols, vector)
-                               > tile_score(tile, rows, cols, vector)):
-        # a column tail, or columns no large tile divides: whole tiles over padded columns
-        tile = padded if _pad_columns(sch, anchor, padded) else tile
+                               > tile_score(tile, rows, cols, vector)) and _pads_weights(
+                                   sch, anchor):
+        if _pad(sch, anchor, padded, columns=True, rows=bool(row_chunks)):
+            tile = padded
+    elif tile is not None and row_chunks:
+        _pad(sch, anchor, tile, rows=True)
     if tile is None:
         return None
-    if row_chunks:  # as many chunks as threads, at most one per row tile
-        row_chunks = min(row_chunks, -(-rows // tile.rows))
+    if row_chunks:  # as many chunks as threads, if the row tiles divide into that many
+        row_tiles = -(-rows // tile.rows)
+        row_chunks = max(c for c in range(1, row_chunks + 1) if row_tiles % c == 0)
     block = sch.get(anchor)
     loops = sch.get_loops(anchor)
     spatial = [loop for loop, is_spatial in zip(loops, kinds) if is_spatial]
@@ -195,7 +202,11 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     col_outer, col_block, col_lane = sch.split(spatial[-1], [None, tile.blocks, tile.lanes])
     chunks = []
     if row_chunks:
-        chunk, row_outer, row_inner = sch.split(spatial[-2], [row_chunks, None, tile.rows])
+        # rows into tiles first, then tiles into chunks: only the last row tile is predicated
+        # (a chunk split of the rows themselves predicated its tiles: 77 rows ran at 121
+        # GFLOP/s, 80 at 222)
+        row_outer, row_inner = sch.split(spatial[-2], [None, tile.rows])
+        chunk, row_outer = sch.split(row_outer, [row_chunks, None])
         chunks = [*spatial[:-2], chunk]
         outer = [col_outer, row_outer]
         inner = [row_inner, col_block, col_lane]
@@ -269,15 +280,10 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
     return None
 
 
-def _pad_columns(sch: s_tir.Schedule, anchor, tile: Tile) -> bool:
-    """Pad the anchor's output columns to whole ``tile`` widths (``pad_einsum``): the operand
-    read along them (the weight) gets a zero-padded copy, the accumulators the padded width,
-    and a copy block takes the real columns out. Without it the tile shrank to what divides the
-    columns (a classifier's 1000: 8 lanes x 1 block, 100 GFLOP/s; padded to 1024, 4x4 at 220;
-    77 columns: no tile at all, TVM's default at 4 GFLOP/s), and a tail predicated inside the
-    vector loop scalarizes it. False (nothing changed) where what is read along the columns is
-    not a weight packed at build time, or the anchor is not an einsum (a conv reads ``h + kh``)."""
-    width = tile.blocks * tile.lanes
+def _pads_weights(sch: s_tir.Schedule, anchor) -> bool:
+    """What the anchor reads along its output columns is weights packed at build time (padding
+    them costs nothing per call; an activation would be copied on every call: a pool's input,
+    1.6 MB)."""
     block = sch.get(anchor)
     iters = block.iter_vars
     last = max(i for i, iv in enumerate(iters) if iv.iter_type == tirx.IterVar.DataPar)
@@ -285,10 +291,29 @@ def _pad_columns(sch: s_tir.Schedule, anchor, tile: Tile) -> bool:
     free = func.attrs.get(LAYOUT_FREE_BUFFERS) if func.attrs is not None else None
     weights = [func.params[int(i)] for i in free or ()]
     along = [r.source for r in block.reads if r.region[-1].min.same_as(iters[last].var)]
-    if not along or not all(any(b.same_as(w) for w in weights) for b in along):
-        return False  # padding an activation is a copy on every call (a pool's input: 1.6 MB)
+    return bool(along) and all(any(b.same_as(w) for w in weights) for b in along)
+
+
+def _pad(sch: s_tir.Schedule, anchor, tile: Tile, *, columns: bool = False,
+         rows: bool = False) -> bool:
+    """Pad the anchor's output columns to whole ``tile`` widths, or its rows to whole tiles
+    (``pad_einsum``): the operands read along them get zero-padded copies (a weight's is packed
+    at build time), the accumulators the padded extent, and a copy block takes the real
+    outputs out. Without it the tile shrank to what divides the columns (a classifier's
+    1000: 8 lanes x 1 block, 100 GFLOP/s; padded to 1024, 4x4 at 220; 77 columns: no tile at
+    all, TVM's default at 4 GFLOP/s), and a tail predicated inside the vector loop scalarizes
+    it. False (nothing changed) where the anchor is not an einsum (a conv reads ``h + kh``)."""
+    iters = sch.get(anchor).iter_vars
+    spatial = [i for i, iv in enumerate(iters) if iv.iter_type == tirx.IterVar.DataPar]
+    padding = [1] * len(iters)
+    if columns:
+        padding[spatial[-1]] = tile.blocks * tile.lanes
+    if rows and len(spatial) > 1 and int(iters[spatial[-2]].dom.extent) % tile.rows:
+        padding[spatial[-2]] = tile.rows
+    if all(p == 1 for p in padding):
+        return columns  # nothing to pad: done if that is what was asked
     try:
-        sch.pad_einsum(anchor, [width if i == last else 1 for i in range(len(iters))])
+        sch.pad_einsum(anchor, padding)
     except s_tir.ScheduleError:
         return False
     return True
