@@ -124,6 +124,79 @@ def test_factory_from_package_module_needs_shapes_without_examples(tmp_path, mon
     assert model.outputs[0].shape == (5, 2)
 
 
+def test_token_ids_are_drawn_below_the_embedding_size(tmp_path):
+    """Without examples, integer inputs used to be drawn in (0, 2): two rows of a 500-token
+    embedding. An input that indexes an embedding is drawn below its size; one that does not
+    (a mask) keeps (0, 2)."""
+    path = _write_factory(tmp_path, """
+        import torch
+
+        class Tagger(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.embed = torch.nn.Embedding(500, 8)
+
+            def forward(self, input_ids, mask):
+                return self.embed(input_ids) * mask[..., None]
+
+        def make():
+            return Tagger()
+    """)
+    model = import_model(f"{path}:make", input_shapes=["1,64:int64", "1,64:int64"])
+    ids, mask = model.example_inputs
+    assert 100 < ids.max() < 500 and ids.min() >= 0
+    assert set(np.unique(mask)) <= {0, 1}
+
+
+def test_integer_examples_from_a_factory_bound_the_drawn_inputs(tmp_path):
+    path = _write_factory(tmp_path, """
+        import torch
+
+        class Lookup(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.table = torch.nn.Parameter(torch.randn(40, 4))
+
+            def forward(self, index):
+                return self.table[index]
+
+        def make():
+            return Lookup(), (torch.arange(10, 40).reshape(1, 30),)
+    """)
+    (index,) = import_model(f"{path}:make", input_shapes=["1,300:int64"]).example_inputs
+    assert index.min() >= 10 and index.max() <= 39 and len(np.unique(index)) > 20
+
+
+def test_gpt2_with_its_default_cache_imports_and_verifies(tmp_path):
+    """transformers' cache starts each layer from torch.tensor([]) and concatenates the keys
+    onto it; TVM's importer refused that ("Concat expects all input tensors to have same
+    ndim")."""
+    path = _write_factory(tmp_path, """
+        import torch
+        import transformers
+
+        class WithCache(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=300)
+                self.lm = transformers.GPT2LMHeadModel(config)
+
+            def forward(self, input_ids):
+                out = self.lm(input_ids=input_ids)  # use_cache defaults to True
+                return out.logits, out.past_key_values.layers[0].keys
+
+        def make():
+            return WithCache(), (torch.randint(0, 300, (1, 11)),)
+    """)
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    model = import_model(f"{path}:make")
+    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert len(checks) == 2 and max(c.rel_err for c in checks) < 1e-4
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

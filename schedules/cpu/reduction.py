@@ -29,27 +29,54 @@ class RowReduction(CpuRule):
 
 def schedule_rows(sch: s_tir.Schedule, blocks: list, lanes: int) -> bool:
     """Compute ``blocks`` (the last one elementwise, the others reducing along the rows of its
-    output) one row at a time per thread, the elementwise loops vectorized; False when they are
-    not such row reductions. ``sch`` may be changed even then: callers pass a fresh schedule."""
+    output) one row at a time per thread, the elementwise loops vectorized and the reductions
+    as vectors of partial results; False when they are not such row reductions. ``sch`` may be
+    changed even then: callers pass a fresh schedule."""
     if is_reduction(sch, blocks[-1]):
         return False
     loops = sch.get_loops(blocks[-1])
     row = static_extent(sch, loops[-1])
     if len(loops) < 2 or not _reduces_rows(sch, blocks, row):
         return False
+    # partial results first: rfactor refuses a block that compute_at has moved
+    partials = [p for p in (_vector_partials(sch, b, lanes) for b in blocks
+                            if is_reduction(sch, b)) if p is not None]
     try:
         rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
-        for block in reversed(blocks[:-1]):
+        for block in reversed(root_blocks(sch)[:-1]):
             sch.compute_at(block, rows)
     except s_tir.ScheduleError:
         return False  # a reduction that is not along the rows' innermost axis
+    total = static_extent(sch, rows)
+    if total is None or row is None or total * row >= MIN_PARALLEL_ELEMENTS:
+        sch.parallel(rows)  # before the partial results' init is split off (parallel refuses)
     for block in blocks:
         if not is_reduction(sch, block) and len(sch.get_loops(block)) > 1:
             vectorize_inner(sch, sch.get_loops(block)[-1], lanes)  # not a per-row scalar
-    total = static_extent(sch, rows)
-    if total is None or row is None or total * row >= MIN_PARALLEL_ELEMENTS:
-        sch.parallel(rows)
+    for block in partials:  # one vector of partial results a step, across the row
+        lane, steps = sch.get_loops(block)[-2:]
+        sch.reorder(steps, lane)
+        sch.vectorize(lane)
+        init = sch.decompose_reduction(block, steps)
+        sch.vectorize(sch.get_loops(init)[-1])
     return True
+
+
+def _vector_partials(sch: s_tir.Schedule, block, lanes: int):
+    """Split the row reduction ``block`` into ``lanes`` partial results (``rfactor``), to be
+    computed one vector operation a step, then reduced across the lanes: a serial chain of 768
+    scalar adds (LayerNorm's mean, then its variance) took 0.16 ms per 197-row LayerNorm on
+    Zen 4. Returns the partial-results block, or None where ``lanes`` does not divide the row
+    or the reduction is not one ``rfactor`` takes."""
+    loop = sch.get_loops(block)[-1]
+    row = static_extent(sch, loop)
+    if row is None or row % lanes or row < 2 * lanes:
+        return None
+    try:
+        _, inner = sch.split(loop, [None, lanes])
+        return sch.rfactor(inner, factor_axis=len(sch.get(block).writes[0].region))
+    except s_tir.ScheduleError:
+        return None
 
 
 def _reduces_rows(sch: s_tir.Schedule, blocks: list, row: int | None) -> bool:

@@ -8,9 +8,17 @@ from torch import nn
 from tvmfuse import api
 from tvmfuse.verify import verify
 
+class QuickGELU(nn.Module):
+    """CLIP's activation."""
+
+    def forward(self, x):
+        return x * torch.sigmoid(1.702 * x)
+
+
 ACTIVATIONS = {
     "relu": nn.ReLU(), "clip": nn.ReLU6(), "silu": nn.SiLU(), "gelu": nn.GELU(),
     "sigmoid": nn.Sigmoid(), "hardswish": nn.Hardswish(), "tanh": nn.Tanh(),
+    "quick_gelu": QuickGELU(),
 }
 
 

@@ -45,6 +45,9 @@ ACTIVATIONS: dict[str, Callable[[DFPattern], DFPattern]] = {
     "hardswish_minmax": _hardswish(_minmax),
     "minmax": _minmax,
     "silu": lambda y: is_op("relax.multiply")(y, is_op("relax.sigmoid")(y)),
+    # CLIP's quick GELU, x * sigmoid(1.702 x)
+    "quick_gelu": lambda y: is_op("relax.multiply")(
+        y, is_op("relax.sigmoid")(is_op("relax.multiply")(y, is_const()))),
     "relu": lambda y: is_op("relax.nn.relu")(y),
     "clip": _clip,
     "gelu": lambda y: is_op("relax.nn.gelu")(y),

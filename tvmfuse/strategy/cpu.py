@@ -41,9 +41,10 @@ class CpuStrategy(Strategy):
         if rules["fast_erf"].enabled:
             overrides["relax.nn.gelu"] = _fast_gelu
         if rules["fast_exp"].enabled:  # SiLU is x * sigmoid(x) once exported
+            # named as TVM names its own (the build report lists them)
             overrides["relax.sigmoid"] = _float32_te(lambda x: tirx.const(1.0, "float32") / (
-                tirx.const(1.0, "float32") + topi.fast_exp(-x)), "sigmoid")
-            overrides["relax.tanh"] = _float32_te(topi.fast_tanh, "tanh")
+                tirx.const(1.0, "float32") + topi.fast_exp(-x)), "tir_sigmoid")
+            overrides["relax.tanh"] = _float32_te(topi.fast_tanh, "tir_tanh")
         return overrides
 
     def scheduler(self) -> ApplyScheduleRules:

@@ -1,0 +1,122 @@
+"""GFLOP/s of each CPU schedule over shapes, odd and even, next to ONNX Runtime on the same
+shapes: one small PyTorch module per point (a linear layer, an attention layer, a conv, a
+depthwise conv, a LayerNorm), built by tvmfuse untuned (``use_database=False``) and timed with
+ONNX Runtime in interleaved rounds by ``tvmfuse.bench`` (wall clock, medians).
+
+    .venv/bin/python benchmarks/shape_sweep.py [--families dense,attention,...] [--repeat N]
+                                               [--json benchmarks/shape-sweep.json]
+
+For every family it prints each point's GFLOP/s (GB/s for LayerNorm, which does no FMAs), and
+the worst share of the family's best at sizes of at least 64 that are not a multiple of 16 (one
+AVX-512 vector), the issue's "no schedule below 70% of its best at non-multiple sizes".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TVM_BIND_THREADS", "0")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from tvmfuse import api  # noqa: E402
+from tvmfuse.bench.session import bench  # noqa: E402
+from tvmfuse.targets import get_target  # noqa: E402
+
+
+class Attention(nn.Module):
+    """BERT-base's self-attention core: 12 heads of 64, packed QKV, no mask."""
+
+    def __init__(self, dim=768, heads=12):
+        super().__init__()
+        self.heads, self.qkv = heads, nn.Linear(dim, 3 * dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = (t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, -1))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(
+            b, s, d)
+
+
+def _points(family: str):
+    """(label, size, module, inputs, bytes) per point; ``size`` is the swept extent."""
+    if family == "dense":  # rows (tokens) and columns (features) swept around BERT's 768
+        for m in (1, 7, 49, 50, 64, 77, 128, 197, 256, 577, 1024, 1500, 4096):
+            yield f"M={m} K=768 N=768", m, nn.Linear(768, 768), [torch.randn(1, m, 768)], None
+        for n in (64, 77, 100, 197, 384, 1000, 1024, 3072, 4095):
+            yield f"M=197 K=768 N={n}", n, nn.Linear(768, n), [torch.randn(1, 197, 768)], None
+    elif family == "attention":  # sequence swept; the projection GEMM is part of the module
+        for s in (1, 7, 49, 50, 64, 77, 128, 197, 256, 577, 1024, 1500):
+            yield f"S={s} H=12 D=64", s, Attention(), [torch.randn(1, s, 768)], None
+    elif family == "conv":  # 3x3 convs: channels and spatial sizes
+        for c in (24, 40, 64, 77, 96, 112, 128, 192, 256):
+            yield (f"3x3 {c}->{c} 28x28", c, nn.Conv2d(c, c, 3, padding=1),
+                   [torch.randn(1, c, 28, 28)], None)
+        for h in (7, 13, 14, 28, 49, 56, 112):
+            yield (f"3x3 64->64 {h}x{h}", h, nn.Conv2d(64, 64, 3, padding=1),
+                   [torch.randn(1, 64, h, h)], None)
+    elif family == "depthwise":
+        for c in (32, 72, 96, 144, 197, 240, 480, 672):
+            yield (f"dw3x3 {c} 28x28", c, nn.Conv2d(c, c, 3, padding=1, groups=c),
+                   [torch.randn(1, c, 28, 28)], None)
+    elif family == "layer_norm":
+        for n in (64, 77, 128, 197, 384, 768, 1000, 1024, 4096):
+            yield (f"LN rows=197 cols={n}", n, nn.LayerNorm(n), [torch.randn(1, 197, n)],
+                   2 * 197 * n * 4)
+
+
+FAMILIES = ("dense", "attention", "conv", "depthwise", "layer_norm")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--json", type=Path, default=Path(__file__).parent / "shape-sweep.json")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    target = get_target("avx512")
+    threads = int(target.config.get("num-cores", 1))
+    options = api.BuildOptions(use_database=False)
+    results = {"machine": platform.processor() or platform.machine(), "target": target.name,
+               "threads": threads, "families": {}}
+    for family in args.families.split(","):
+        rows = []
+        for label, size, module, inputs, nbytes in _points(family):
+            torch.manual_seed(0)
+            model = api.import_torch(module.eval(), inputs, name=label)
+            report = bench(model, target, ["tvmfuse", "onnxruntime"], options=options,
+                           threads=threads, repeat=args.repeat, max_seconds=20, peak=False)
+            by = {r.engine: r for r in report.results}
+            row = {"point": label, "size": size, "flops": report.flops, "bytes": nbytes}
+            for engine, r in by.items():
+                row[f"{engine}_ms"] = r.median_ms
+                row[f"{engine}_rate"] = (nbytes / r.median_ms / 1e6 if nbytes
+                                         else r.gflops)
+            row["kernels"] = by["tvmfuse"].kernels if "tvmfuse" in by else None
+            rows.append(row)
+            print(f"{family:10s} {label:24s} tvmfuse {row.get('tvmfuse_rate') or 0:7.1f}  "
+                  f"onnxruntime {row.get('onnxruntime_rate') or 0:7.1f} "
+                  f"{'GB/s' if nbytes else 'GFLOP/s'}", flush=True)
+        best = max(r["tvmfuse_rate"] for r in rows)
+        odd = [r for r in rows if r["size"] >= 64 and r["size"] % 16]
+        worst = min(odd, key=lambda r: r["tvmfuse_rate"]) if odd else None
+        results["families"][family] = {"points": rows, "best": best, "worst_odd": worst and {
+            "point": worst["point"], "share_of_best": worst["tvmfuse_rate"] / best}}
+        if worst:
+            print(f"{family}: best {best:.1f}; worst at a non-multiple size >= 64: "
+                  f"{worst['point']} {worst['tvmfuse_rate'] / best:.0%} of best", flush=True)
+    args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
