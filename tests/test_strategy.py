@@ -100,8 +100,8 @@ def _exp_calls(mod) -> int:
                for func in mod.functions.values() if isinstance(func, tvm.tirx.PrimFunc))
 
 
-def test_sigmoid_and_tanh_are_polynomials_on_cpus_and_match_pytorch(tmp_path):
-    """SiLU (x * sigmoid(x) once exported: EfficientNet's epilogues) and tanh (GPT-2's GELU)."""
+def test_sigmoid_is_a_polynomial_on_cpus_and_matches_pytorch(tmp_path):
+    """SiLU (x * sigmoid(x) once exported: EfficientNet's epilogues); tanh stays TVM's."""
     import torch
 
     from tvmfuse.verify import verify
@@ -118,7 +118,7 @@ def test_sigmoid_and_tanh_are_polynomials_on_cpus_and_match_pytorch(tmp_path):
     model = api.import_torch(ConvSiluTanh().eval(), [torch.randn(1, 8, 12, 12) * 4])
     target = api.get_target("avx512")
     fast, _ = api.analyze(model, target, api.BuildOptions(), until="fuse_tir")
-    assert _exp_calls(fast) == 0
+    assert _exp_calls(fast) == 1  # the tanh
     off = tmp_path / "off.toml"
     off.write_text("[default]\nfast_exp = { enabled = false }\n")
     libm, _ = api.analyze(model, target, api.BuildOptions(fusion_rules=off), until="fuse_tir")

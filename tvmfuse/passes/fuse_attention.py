@@ -327,16 +327,20 @@ def _operand(values, expr) -> _Operand:
 
 def _merge_heads(var, values, users, flat_shape):
     """The ``reshape([B, S, H * D])`` variable that merges ``var``'s ``[B * H, S, D]`` heads
-    (through permutations that compose to ``[0, 2, 1, 3]``: SDPA's output takes three)."""
+    (through permutations that compose to ``[0, 2, 1, 3]``: SDPA's output takes three; none for
+    a single query)."""
     step = _only_user(var, values, users)
     if (step is not None and calls_op(values[step], "relax.reshape")
             and len(_shape(step) or ()) == 4):
         var, step = step, _only_user(step, values, users)
     order = [0, 1, 2, 3]
-    while step is not None and calls_op(values[step], "relax.permute_dims"):
-        order = [order[a] for a in _axes(values[step])]
+    while step is not None and (calls_op(values[step], "relax.permute_dims") or (
+            calls_op(values[step], "relax.reshape") and _shape(step) == _shape(var))):
+        if calls_op(values[step], "relax.permute_dims"):  # (a reshape to its own shape: a view)
+            order = [order[a] for a in _axes(values[step])]
         var, step = step, _only_user(step, values, users)
-    if order != [0, 2, 1, 3]:
+    # with one query the permutation moves no data, and FoldLayoutGlue has removed it
+    if order != [0, 2, 1, 3] and not (flat_shape[1] == 1 and order == [0, 1, 2, 3]):
         return None
     merged = step
     if (merged is None or not calls_op(values[merged], "relax.reshape")

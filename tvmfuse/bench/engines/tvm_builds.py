@@ -67,7 +67,7 @@ def _stock_tvm(ctx: BenchContext) -> Engine:
     if ctx.dtype != "float32":
         try:
             mod = relax.transform.ToMixedPrecision(out_dtype=ctx.dtype)(mod)
-        except tvm.error.TVMError as err:  # e.g. a clip's scalar bounds (MobileNetV2's ReLU6)
+        except tvm.error.InternalError as err:  # e.g. a clip's scalar bounds (MobileNetV2's ReLU6)
             raise Unavailable(f"TVM's ToMixedPrecision fails on this model: {one_line(err)}") \
                 from None
     target = ctx.target.tvm_target()
