@@ -163,18 +163,18 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     if padded is not None and (tile is None or tile_score(padded, rows, cols, vector)
                                > tile_score(tile, rows, cols, vector)) and _pads_weights(
                                    sch, anchor):
-        if _pad(sch, anchor, padded, columns=True, rows=bool(row_chunks)):
+        if _pad(sch, anchor, padded, columns=True, rows=_chunk_rows(rows, padded, row_chunks)):
             tile = padded
     elif tile is not None and row_chunks:
-        _pad(sch, anchor, tile, rows=True)
+        _pad(sch, anchor, tile, rows=_chunk_rows(rows, tile, row_chunks))
     if tile is None:
         return None
-    if row_chunks:  # as many chunks as threads, if the row tiles divide into that many
-        row_tiles = -(-rows // tile.rows)
-        row_chunks = max(c for c in range(1, row_chunks + 1) if row_tiles % c == 0)
     block = sch.get(anchor)
     loops = sch.get_loops(anchor)
     spatial = [loop for loop, is_spatial in zip(loops, kinds) if is_spatial]
+    if row_chunks:  # as many chunks as threads, if the (padded) row tiles divide into that many
+        row_tiles = -(-static_extent(sch, spatial[-2]) // tile.rows)
+        row_chunks = max(c for c in range(1, row_chunks + 1) if row_tiles % c == 0)
     reduce = [loop for loop, is_spatial in zip(loops, kinds) if not is_spatial]
     vector_axis = [iv.var for iv, is_spatial in zip(block.iter_vars, kinds) if is_spatial]
     # the copy out of the padded accumulators (the anchor's consumer, when padded) joins the
@@ -294,10 +294,20 @@ def _pads_weights(sch: s_tir.Schedule, anchor) -> bool:
     return bool(along) and all(any(b.same_as(w) for w in weights) for b in along)
 
 
+def _chunk_rows(rows: int, tile: Tile, chunks: int) -> int:
+    """What a GEMM computing whole rows per thread pads its rows to a multiple of: whole tiles,
+    as many a thread (50 rows in 4-row tiles are 13 tiles: one thread did them all, 104
+    GFLOP/s; padded to 56, two threads of 7). 0 without row chunks."""
+    if not chunks:
+        return 0
+    chunks = min(chunks, -(-rows // tile.rows))
+    return tile.rows * chunks
+
+
 def _pad(sch: s_tir.Schedule, anchor, tile: Tile, *, columns: bool = False,
-         rows: bool = False) -> bool:
-    """Pad the anchor's output columns to whole ``tile`` widths, or its rows to whole tiles
-    (``pad_einsum``): the operands read along them get zero-padded copies (a weight's is packed
+         rows: int = 0) -> bool:
+    """Pad the anchor's output columns to whole ``tile`` widths, or its rows to a multiple of
+    ``rows`` (``pad_einsum``): the operands read along them get zero-padded copies (a weight's is packed
     at build time), the accumulators the padded extent, and a copy block takes the real
     outputs out. Without it the tile shrank to what divides the columns (a classifier's
     1000: 8 lanes x 1 block, 100 GFLOP/s; padded to 1024, 4x4 at 220; 77 columns: no tile at
@@ -308,8 +318,8 @@ def _pad(sch: s_tir.Schedule, anchor, tile: Tile, *, columns: bool = False,
     padding = [1] * len(iters)
     if columns:
         padding[spatial[-1]] = tile.blocks * tile.lanes
-    if rows and len(spatial) > 1 and int(iters[spatial[-2]].dom.extent) % tile.rows:
-        padding[spatial[-2]] = tile.rows
+    if rows and len(spatial) > 1 and int(iters[spatial[-2]].dom.extent) % rows:
+        padding[spatial[-2]] = rows
     if all(p == 1 for p in padding):
         return columns  # nothing to pad: done if that is what was asked
     try:
