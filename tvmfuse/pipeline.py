@@ -16,8 +16,8 @@ from tvm import relax
 from . import strategy
 from .errors import CompileError, TvmfuseError, one_line
 from .passes import (
-    Conv1DAsConv2D, DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldLayoutGlue,
-    FoldMatmulReshape, FoldPadIntoConv, FuseAttention, GlobalPoolToReduce, MarkGathersInjective,
+    Conv1DAsConv2D, DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldGeluTanh,
+    FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention, GlobalPoolToReduce, MarkGathersInjective,
     MarkWeightsLayoutFree, MergeParallelMatmul, MergeSummedConv, PrepackWeights, VerifyFusion,
 )
 from .patterns import fusion_patterns
@@ -106,6 +106,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             GlobalPoolToReduce(),  # a pool whose window is the whole input: a mean
             FoldPadIntoConv(),  # "same" padding as its own pad op: the conv's padding
             Conv1DAsConv2D(),  # 1-D convs (an audio stem) through the 2-D conv path
+            FoldGeluTanh(),  # GPT-2's GELU, written out: one gelu_tanh
             _if(rules["fold_batch_norm"].enabled, FoldBatchNorm()),
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,

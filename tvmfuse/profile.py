@@ -82,6 +82,8 @@ def profile(executable, device, launches: list[str], implementations: dict[str, 
         kernel = kernels_.get(name)
         if kernel is None or kernel.params is None:
             continue
+        if not library.implements_function(name):
+            continue  # evaluated at build time (a mask from constants): never launched
         args = random_args(kernel.params, device)
         timer = library.time_evaluator(name, device, number=1, repeat=3, min_repeat_ms=min_ms)
         ms = statistics.median(timer(*args).results) * 1e3

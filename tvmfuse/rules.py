@@ -42,7 +42,8 @@ REGISTRY = (
     RuleInfo("fold_layout_glue", FUSION, "transposes and reshapes that move no data folded away"),
     RuleInfo("conv_layout_nhwc", STRATEGY, "CPU convs in NHWC with HWIO weights (GPUs keep NCHW)"),
     RuleInfo("fast_erf", STRATEGY, "CPU GELU's erf as a polynomial that vectorizes"),
-    RuleInfo("fast_exp", STRATEGY, "CPU sigmoid (SiLU, quick GELU, gates) as a polynomial that vectorizes"),
+    RuleInfo("fast_exp", STRATEGY, "CPU sigmoid (SiLU, quick GELU, gates) and tanh GELU as "
+                                   "polynomials that vectorize"),
     RuleInfo("winograd_conv2d", STRATEGY, "CPU 3x3 stride-1 convs as Winograd F(2x2, 3x3)"),
     RuleInfo("prepack_weights", STRATEGY, "CPU conv/GEMM weights packed in panels of the "
                                           "register tile, at build time"),

@@ -5,6 +5,7 @@ from .conv1d_as_conv2d import Conv1DAsConv2D
 from .decompose_clip import DecomposeClip
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
+from .fold_gelu_tanh import FoldGeluTanh
 from .fold_layout_glue import FoldLayoutGlue
 from .fold_matmul_reshape import FoldMatmulReshape
 from .fold_pad_into_conv import FoldPadIntoConv
@@ -20,7 +21,7 @@ from .verify_fusion import VerifyFusion
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts",
+__all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts", "FoldGeluTanh",
            "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NormalizeSqueezeAxes", "PrepackWeights",
            "VerifyFusion", "WidenIntegerCumsum", "WinogradConv2D"]

@@ -41,6 +41,8 @@ class CpuStrategy(Strategy):
         overrides = {}
         if rules["fast_erf"].enabled:
             overrides["relax.nn.gelu"] = _fast_gelu
+        if rules["fast_exp"].enabled:  # GPT-2's GELU: tanh as a polynomial
+            overrides["relax.nn.gelu_tanh"] = _float32_te(_gelu_tanh, "gelu_tanh")
         if rules["fast_exp"].enabled:  # SiLU is x * sigmoid(x) once exported
             # named as TVM names its own (the build report lists it)
             overrides["relax.sigmoid"] = _float32_te(lambda x: tirx.const(1.0, "float32") / (
@@ -70,6 +72,15 @@ def _float32_te(compute, name: str):
         return bb.call_te(te_compute, call.args[0], primfunc_name_hint=name)
 
     return legalize
+
+
+def _gelu_tanh(x: te.Tensor) -> te.Tensor:
+    """``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`` with ``topi.fast_tanh``."""
+    def c(value):
+        return tirx.const(value, "float32")
+
+    inner = c((2.0 / 3.141592653589793) ** 0.5) * (x + c(0.044715) * x * x * x)
+    return c(0.5) * x * (c(1.0) + topi.fast_tanh(inner))
 
 
 def _fast_gelu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
