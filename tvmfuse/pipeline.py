@@ -17,8 +17,9 @@ from . import strategy
 from .errors import CompileError, TvmfuseError, one_line
 from .passes import (
     Conv1DAsConv2D, DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldGeluTanh,
-    FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention, GlobalPoolToReduce, MarkGathersInjective,
-    MarkWeightsLayoutFree, MergeParallelMatmul, MergeSummedConv, PrepackWeights, VerifyFusion,
+    FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention, GlobalPoolToReduce,
+    MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul, MergeSummedConv,
+    PrepackWeights, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -190,16 +191,7 @@ def _dispatch_scans(backend, tvm_target) -> tvm.transform.Pass:
 
     @tvm.transform.module_pass(opt_level=0, name="DispatchScans")
     def dispatch_scans(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        found = []
-
-        def visit(expr):
-            if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) in _DISPATCHED:
-                found.append(expr)
-
-        for func in mod.functions.values():
-            if isinstance(func, relax.Function):
-                relax.analysis.post_order_visit(func, visit)
-        return dispatch(mod) if found else mod
+        return dispatch(mod) if any(op in _DISPATCHED for op in _operator_calls(mod)) else mod
 
     return dispatch_scans
 
@@ -280,20 +272,26 @@ _RUNTIME_OPS = ("relax.call_", "relax.builtin.", "relax.memory.", "relax.vm.", "
                 "relax.to_vdevice")
 
 
-def unlowered_operators(mod: tvm.IRModule) -> Counter:
-    """Graph-level operators (name -> calls) left in ``mod``'s Relax functions: after
-    legalization, those TVM has no lowering for."""
-    left = Counter()
+def _operator_calls(mod: tvm.IRModule) -> Counter:
+    """Calls of each Relax operator (full name -> count) in ``mod``'s Relax functions."""
+    calls = Counter()
 
     def visit(expr):
-        if (isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op)
-                and not expr.op.name.startswith(_RUNTIME_OPS)):
-            left[expr.op.name.removeprefix("relax.")] += 1
+        if isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            calls[expr.op.name] += 1
 
     for func in mod.functions.values():
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func, visit)
-    return left
+    return calls
+
+
+def unlowered_operators(mod: tvm.IRModule) -> Counter:
+    """Graph-level operators (name -> calls) left in ``mod``'s Relax functions: after
+    legalization, those TVM has no lowering for."""
+    return Counter({name.removeprefix("relax."): count
+                    for name, count in _operator_calls(mod).items()
+                    if not name.startswith(_RUNTIME_OPS)})
 
 
 def _check_lowered(mod: tvm.IRModule, phase: Phase) -> None:

@@ -75,7 +75,7 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
     ran a 3x3 conv at 109 GFLOP/s, 4x1 at 108, 14x2 at 110, the dense GEMM best at 4x4). Rows
     need not divide: the last row tile is predicated outside the vector loop (197 rows ran at
     227 GFLOP/s, 196 at 224). Columns must divide unless ``pad``: then they are padded to whole
-    tiles of full vectors (see :func:`_pad_columns`).
+    tiles of full vectors (see :func:`_pad`).
     """
     lanes = vector.lanes if pad else lanes_for(cols_extent, vector.lanes)
     if min(lanes, cols_extent) < min(4, vector.lanes):
@@ -250,11 +250,9 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
     and consecutive steps are next to each other, where ``W`` has them ``N`` floats apart.
     Returns the packing block, or None when no weight qualifies.
     """
-    func = sch.mod["main"]
-    free = func.attrs.get(LAYOUT_FREE_BUFFERS) if func.attrs is not None else None
-    if not free:
+    weights = _layout_free_weights(sch)
+    if not weights:
         return None
-    weights = [func.params[int(i)] for i in free]
     block = sch.get(anchor)
     spatial = [iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
     # the reduction axes, and the batch axes of a batched matmul (not the rows: those a
@@ -271,7 +269,7 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
         if not (starts[-1].same_as(axis) and all(
                 any(s.same_as(r) for r in shared) for s in starts[:-1])):
             continue
-        # a weight padded to whole panels (see _pad_columns) is packed by its padding block
+        # a weight padded to whole panels (see _pad) is packed by its padding block
         packing = pads[0] if pads else sch.cache_read(anchor, index, "global")
         sch.annotate(packing, LAYOUT_REWRITE_PREPROC, True)
         sch.transform_layout(anchor, ("read", index),
@@ -287,11 +285,17 @@ def _pads_weights(sch: s_tir.Schedule, anchor) -> bool:
     block = sch.get(anchor)
     iters = block.iter_vars
     last = max(i for i, iv in enumerate(iters) if iv.iter_type == tirx.IterVar.DataPar)
-    func = sch.mod["main"]
-    free = func.attrs.get(LAYOUT_FREE_BUFFERS) if func.attrs is not None else None
-    weights = [func.params[int(i)] for i in free or ()]
+    weights = _layout_free_weights(sch)
     along = [r.source for r in block.reads if r.region[-1].min.same_as(iters[last].var)]
     return bool(along) and all(any(b.same_as(w) for w in weights) for b in along)
+
+
+def _layout_free_weights(sch: s_tir.Schedule) -> list:
+    """The kernel's parameters that every call passes a constant (its ``layout_free_buffers``,
+    from MarkWeightsLayoutFree): the weights a schedule may lay out at build time."""
+    func = sch.mod["main"]
+    free = func.attrs.get(LAYOUT_FREE_BUFFERS) if func.attrs is not None else None
+    return [func.params[int(i)] for i in free or ()]
 
 
 def _chunk_rows(rows: int, tile: Tile, chunks: int) -> int:
@@ -307,9 +311,9 @@ def _chunk_rows(rows: int, tile: Tile, chunks: int) -> int:
 def _pad(sch: s_tir.Schedule, anchor, tile: Tile, *, columns: bool = False,
          rows: int = 0) -> bool:
     """Pad the anchor's output columns to whole ``tile`` widths, or its rows to a multiple of
-    ``rows`` (``pad_einsum``): the operands read along them get zero-padded copies (a weight's is packed
-    at build time), the accumulators the padded extent, and a copy block takes the real
-    outputs out. Without it the tile shrank to what divides the columns (a classifier's
+    ``rows`` (``pad_einsum``): the operands read along them get zero-padded copies (a weight's
+    is packed at build time), the accumulators the padded extent, and a copy block takes the
+    real outputs out. Without it the tile shrank to what divides the columns (a classifier's
     1000: 8 lanes x 1 block, 100 GFLOP/s; padded to 1024, 4x4 at 220; 77 columns: no tile at
     all, TVM's default at 4 GFLOP/s), and a tail predicated inside the vector loop scalarizes
     it. False (nothing changed) where the anchor is not an einsum (a conv reads ``h + kh``)."""
@@ -321,7 +325,7 @@ def _pad(sch: s_tir.Schedule, anchor, tile: Tile, *, columns: bool = False,
     if rows and len(spatial) > 1 and int(iters[spatial[-2]].dom.extent) % rows:
         padding[spatial[-2]] = rows
     if all(p == 1 for p in padding):
-        return columns  # nothing to pad: done if that is what was asked
+        return False  # the rows are whole tiles already (column padding is never a no-op)
     try:
         sch.pad_einsum(anchor, padding)
     except s_tir.ScheduleError:

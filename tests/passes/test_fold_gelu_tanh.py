@@ -1,6 +1,5 @@
 import math
 
-import pytest
 import torch
 import tvm
 from tvm import relax

@@ -21,7 +21,9 @@ from .verify_fusion import VerifyFusion
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNorm", "FoldConstantCasts", "FoldGeluTanh",
-           "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
-           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NormalizeSqueezeAxes", "PrepackWeights",
-           "VerifyFusion", "WidenIntegerCumsum", "WinogradConv2D"]
+__all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNorm",
+           "FoldConstantCasts", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
+           "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
+           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv",
+           "NormalizeSqueezeAxes", "PrepackWeights", "VerifyFusion", "WidenIntegerCumsum",
+           "WinogradConv2D"]

@@ -26,6 +26,13 @@ def calls_op(expr, name: str) -> bool:
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
 
 
+def scalar_constant(expr) -> float | None:
+    """The value of a one-element Relax constant, else None."""
+    if isinstance(expr, tvm.ir.expr.GenericConst) and expr.value.numpy().size == 1:
+        return float(expr.value.numpy().reshape(()))
+    return None
+
+
 def static_shape(shape) -> list[int] | None:
     """The dimensions of a Relax shape when all are known integers, else None."""
     values = getattr(shape, "values", None)

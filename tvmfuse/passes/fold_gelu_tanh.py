@@ -18,7 +18,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-from ._rewrite import rewrite_functions
+from ._rewrite import rewrite_functions, scalar_constant
 
 #: The constants of the approximation, as PyTorch and transformers write them.
 _CONSTANTS = (0.5, 3.0, 0.044715, math.sqrt(2.0 / math.pi), 1.0)
@@ -37,15 +37,10 @@ class FoldGeluTanh:
         pattern = is_op("relax.multiply")(is_op("relax.multiply")(x, half), gate)
 
         def rewrite(expr: relax.Expr, matches) -> relax.Expr:
-            found = [_scalar(matches[c]) for c in (half, three, cubic, root, one)]
+            found = [scalar_constant(matches[c]) for c in (half, three, cubic, root, one)]
             if any(f is None for f in found) or not all(
                     math.isclose(f, want, rel_tol=1e-6) for f, want in zip(found, _CONSTANTS)):
                 return expr
             return relax.op.nn.gelu_tanh(matches[x])
 
         return rewrite_functions(mod, pattern, rewrite)
-
-
-def _scalar(const) -> float | None:
-    value = const.value.numpy()
-    return float(value.reshape(())) if value.size == 1 else None

@@ -33,7 +33,7 @@ import tvm
 from tvm import relax
 
 from .. import names
-from ._rewrite import calls_op, static_shape
+from ._rewrite import calls_op, scalar_constant, static_shape
 
 #: The fusion rule this pass implements, as the build report names it.
 RULE = "tvmfuse.fused_attention"
@@ -228,9 +228,9 @@ def _scale(values, expr):
     multiply = calls_op(expr, "relax.multiply")
     if not (multiply or calls_op(expr, "relax.divide")):
         return expr, 1.0
-    scores, constant = expr.args[0], _scalar(expr.args[1])
+    scores, constant = expr.args[0], scalar_constant(expr.args[1])
     if constant is None and multiply:
-        scores, constant = expr.args[1], _scalar(expr.args[0])
+        scores, constant = expr.args[1], scalar_constant(expr.args[0])
     if constant is None or constant == 0:
         return None, None
     return _peel(values, scores), constant if multiply else 1.0 / constant
@@ -264,7 +264,7 @@ def _unscale(values, expr):
     factor = 1.0
     while calls_op(expr, "relax.multiply"):
         for x, c in (expr.args, expr.args[::-1]):
-            constant = _scalar(c)
+            constant = scalar_constant(c)
             if constant is not None:
                 factor *= constant
                 expr = _peel(values, x)
@@ -291,7 +291,7 @@ def _is_no_key_guard(values, where: relax.Call, scores) -> bool:
     if not calls_op(expr, "relax.equal") or ops.count("relax.logical_not") != 2 \
             or "relax.max" not in ops:
         return False
-    bound = _scalar(expr.args[1])
+    bound = scalar_constant(expr.args[1])
     return bound == float("-inf") and _peel(values, expr.args[0]).same_as(_peel(values, scores))
 
 
@@ -425,12 +425,6 @@ def _ints(expr) -> list[int] | None:
     if not all(isinstance(v, (int, tvm.tirx.IntImm)) for v in found):
         return None
     return [int(v) for v in found]
-
-
-def _scalar(expr) -> float | None:
-    if isinstance(expr, tvm.ir.expr.GenericConst) and expr.value.numpy().size == 1:
-        return float(expr.value.numpy().reshape(()))
-    return None
 
 
 # --- rewriting ---------------------------------------------------------------------------------
