@@ -102,6 +102,16 @@ def test_depthwise_conv2d_vectorizes_channels():
     _close(_run(sch, [x, w, b], (1, 14, 14, 48)), _torch_conv_relu(x, w, b, 3, 2, groups=48))
 
 
+def test_grouped_conv2d_vectors_stay_within_a_group():
+    # RegNet's 8-channel groups on 48 channels: a 16-lane vector would read two groups' inputs
+    inputs, body = _conv_relu(14, 48, 48, 3, 1, groups=6)
+    sch = cpu.DepthwiseConv2D(VECTOR).apply(_kernel(inputs, body), None, False)
+    assert _kinds(sch, "group_conv2d_nhwc_update")[-1] == "VECTORIZED"
+    assert _extents(sch, "group_conv2d_nhwc_update")[-1] == 8
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    _close(_run(sch, [x, w, b], (1, 14, 14, 48)), _torch_conv_relu(x, w, b, 3, 1, groups=6))
+
+
 def _blocks(sch):
     return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
 
