@@ -156,6 +156,9 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     rows = static_extent(sch, spatial[-2]) if len(spatial) > 1 else 1
     if cols is None:
         return None
+    merged = None if row_chunks else _row_axes(sch, anchor)
+    if merged is not None:
+        rows = math.prod(static_extent(sch, loops[i]) for i in merged)
     if row_chunks and (rows is None or len(spatial) < 2):
         return None
     tile = choose_tile(rows, cols, vector)
@@ -172,8 +175,11 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         _pad(sch, anchor, tile, rows=_chunk_rows(rows, tile, row_chunks))
     if tile is None:
         return None
+    if merged is not None:
+        _merge_rows(sch, anchor, merged)
     block = sch.get(anchor)
     loops = sch.get_loops(anchor)
+    kinds = [iv.iter_type == tirx.IterVar.DataPar for iv in block.iter_vars]
     spatial = [loop for loop, is_spatial in zip(loops, kinds) if is_spatial]
     if row_chunks:  # as many chunks as threads, if the (padded) row tiles divide into that many
         row_tiles = -(-static_extent(sch, spatial[-2]) // tile.rows)
@@ -238,6 +244,87 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     init = sch.decompose_reduction(anchor, reduce[0])
     sch.vectorize(sch.get_loops(init)[-1])
     return parallel
+
+
+def _row_axes(sch: s_tir.Schedule, anchor) -> range | None:
+    """The anchor's spatial axes before its columns that are rows of one matrix: a matmul of
+    ``[1, 14, 14, 384]`` activations (ConvNeXt's pointwise layers, in NHWC) has 196 rows, which
+    :func:`_merge_rows` makes one axis, where the register tile saw rows of 14 (two of its four
+    row tiles partly empty: 157 GFLOP/s; merged, 214 on Zen 4). Axes qualify, from the one next
+    to the columns outwards, while every buffer the anchor reads or writes either indexes them
+    all, as plain variables in consecutive dimensions and in order, or none of them (a conv's
+    input, read at ``h * stride + kh``, does not qualify; a batched matmul's weight, indexed by
+    the batch axis, stops the run there); and every block after the anchor is an elementwise
+    epilogue over the same rows. None when fewer than two qualify."""
+    block = sch.get(anchor)
+    iters = list(block.iter_vars)
+    spatial = [i for i, iv in enumerate(iters) if iv.iter_type == tirx.IterVar.DataPar]
+    if len(spatial) < 3 or spatial != list(range(len(spatial))):
+        return None
+    regions = [r.region for r in (*block.reads, *block.writes)]
+    start = spatial[-2]
+    while start > 0 and _plain_run(regions, [iv.var for iv in iters[start - 1:spatial[-1]]]):
+        start -= 1
+    run = range(start, spatial[-1])
+    if len(run) < 2 or not _plain_run(regions, [iters[i].var for i in run]):
+        return None
+    extents = [int(iters[i].dom.extent) for i in run]
+    if math.prod(extents) == extents[-1]:
+        return None  # the others are 1: nothing to merge
+    position = next(i for i, b in enumerate(root_blocks(sch)) if sch.get(b).same_as(block))
+    for later in root_blocks(sch)[position + 1:]:
+        stmt = sch.get(later)
+        if (is_reduction(sch, later) or not loops_match_iters(sch, later)
+                or len(stmt.iter_vars) != len(spatial)
+                or [int(stmt.iter_vars[i].dom.extent) for i in run] != extents):
+            return None
+    return run
+
+
+def _plain_run(regions, axes: list) -> bool:
+    """Each region indexes ``axes`` as consecutive plain dimensions in order, or none of them."""
+    for region in regions:
+        starts = [r.min for r in region]
+        used = [i for i, start in enumerate(starts) if any(_uses(start, a) for a in axes)]
+        if not used:
+            continue
+        first = used[0]
+        if used != list(range(first, first + len(axes))) or not all(
+                starts[first + j].same_as(a) for j, a in enumerate(axes)):
+            return False
+    return True
+
+
+def _uses(expr, var: tirx.Var) -> bool:
+    if isinstance(expr, tirx.Var):
+        return expr.same_as(var)
+    return any(_uses(operand, var) for operand in (getattr(expr, "a", None),
+                                                   getattr(expr, "b", None))
+               if operand is not None)
+
+
+def _merge_rows(sch: s_tir.Schedule, anchor, run: range) -> None:
+    """Make the axes ``run`` of the anchor and of every block after it one axis (see
+    :func:`_row_axes`); the buffers they write inside the kernel take the merged shape, so that
+    a register tile's accumulators stay one rectangle. The kernel's parameters keep theirs: they
+    are read and written at ``f // 14, f % 14``."""
+    extents = [int(sch.get(anchor).iter_vars[i].dom.extent) for i in run]
+
+    def merge(*index):
+        flat = index[run.start]
+        for i, extent in zip(run[1:], extents[1:]):
+            flat = flat * extent + index[i]
+        return (*index[:run.start], flat, *index[run.stop:])
+
+    params = list(sch.mod["main"].params)  # buffers, in TIRx
+    position = next(i for i, b in enumerate(root_blocks(sch))
+                    if sch.get(b).same_as(sch.get(anchor)))
+    for block in root_blocks(sch)[position:]:
+        iters = len(sch.get(block).iter_vars)
+        sch.transform_block_layout(block, tirx.IndexMap.from_func(merge, ndim=iters))
+        for index, region in enumerate(sch.get(block).writes):
+            if not any(region.source.same_as(p) for p in params):
+                sch.transform_layout(block, ("write", index), merge)
 
 
 def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):

@@ -112,6 +112,20 @@ def test_grouped_conv2d_vectors_stay_within_a_group():
     _close(_run(sch, [x, w, b], (1, 14, 14, 48)), _torch_conv_relu(x, w, b, 3, 1, groups=6))
 
 
+def test_dense_over_a_feature_map_tiles_all_its_rows_at_once():
+    # ConvNeXt's pointwise layers: [1, 14, 14, 384] @ [384, 1536] is one GEMM of 196 rows
+    def body(bb, x, w, b):
+        return relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b)))
+
+    inputs = [("x", (1, 14, 14, 64)), ("w", (64, 128)), ("b", (128,))]
+    sch = cpu.Dense(VECTOR).apply(_kernel(inputs, body), None, False)
+    # parallel over 2 column tiles x 49 tiles of 4 rows (of 14 rows: 2 x 14 x 4 tiles, a
+    # quarter of the last one empty), then the reduction, then the 4 x 4 vectors
+    assert _extents(sch, "matmul_update") == [2 * 49, 64, 4, 4, 16]
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    _close(_run(sch, [x, w, b], (1, 14, 14, 128)), np.maximum(x @ w + b, 0))
+
+
 def _blocks(sch):
     return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
 
