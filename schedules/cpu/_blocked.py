@@ -163,17 +163,16 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         return None
     tile = choose_tile(rows, cols, vector)
     padded = choose_tile(rows, cols, vector, pad=True)
-    # a column tail, or columns no large tile divides: whole tiles over padded columns; and
-    # with whole rows per thread (row_chunks) the rows too: a predicated row tail inside a
-    # thread's serial loop over tiles halved the GEMM (77 rows: 121 GFLOP/s, 80: 222)
+    # a column tail, or columns no large tile divides: whole tiles over padded columns; and the
+    # rows in whole tiles (see _row_multiple)
     if padded is not None and (tile is None or tile_score(padded, rows, cols, vector)
                                > tile_score(tile, rows, cols, vector)) and _pads_weights(
                                    sch, anchor):
         if _pad(sch, anchor, padded, columns=True,
-                rows=_row_multiple(rows, padded, row_chunks, merged)):
+                rows=_row_multiple(rows, padded, merged)):
             tile = padded
     elif tile is not None:
-        _pad(sch, anchor, tile, rows=_row_multiple(rows, tile, row_chunks, merged))
+        _pad(sch, anchor, tile, rows=_row_multiple(rows, tile, merged))
     if tile is None:
         return None
     if merged is not None:
@@ -182,9 +181,10 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     loops = sch.get_loops(anchor)
     kinds = [iv.iter_type == tirx.IterVar.DataPar for iv in block.iter_vars]
     spatial = [loop for loop, is_spatial in zip(loops, kinds) if is_spatial]
-    if row_chunks:  # as many chunks as threads, if the (padded) row tiles divide into that many
-        row_tiles = -(-static_extent(sch, spatial[-2]) // tile.rows)
-        row_chunks = max(c for c in range(1, row_chunks + 1) if row_tiles % c == 0)
+    if row_chunks:  # as many chunks as threads, the last one a tile short where they do not
+        # divide (50 rows: 13 tiles as 7 + 6, 1228 us for 50x3072x768 with its LayerNorm on Zen
+        # 4; padded to 14 tiles, 1265); the predicate is per tile, outside its reduction
+        row_chunks = min(row_chunks, -(-static_extent(sch, spatial[-2]) // tile.rows))
     reduce = [loop for loop, is_spatial in zip(loops, kinds) if not is_spatial]
     vector_axis = [iv.var for iv, is_spatial in zip(block.iter_vars, kinds) if is_spatial]
     # the copy out of the padded accumulators (the anchor's consumer, when padded) joins the
@@ -397,19 +397,14 @@ def _layout_free_weights(sch: s_tir.Schedule) -> list:
     return [func.params[int(i)] for i in free or ()]
 
 
-def _row_multiple(rows: int | None, tile: Tile, chunks: int, merged) -> int:
-    """What a GEMM pads its rows to a multiple of (0: not padded): whole tiles, as many a thread
-    with row chunks (50 rows in 4-row tiles are 13 tiles: one thread did them all, 104 GFLOP/s;
-    padded to 56, two threads of 7). Without padding the last tile is predicated, and LLVM keeps
-    the accumulators of its rows that may be empty in memory, in every tile: 50x768x768 ran at
-    136-166 GFLOP/s, 52 rows at 224. Merged rows (:func:`_merge_rows`) are not an einsum's axis:
-    they stay predicated."""
+def _row_multiple(rows: int | None, tile: Tile, merged) -> int:
+    """What a GEMM pads its rows to a multiple of (0: not padded): whole tiles. Unpadded, the
+    last tile is predicated, and LLVM keeps the accumulators of its rows that may be empty in
+    memory, in every tile: 50x768x768 ran at 136-166 GFLOP/s, 52 rows at 224. Merged rows
+    (:func:`_merge_rows`) are not an einsum's axis: they stay predicated."""
     if merged is not None or not rows:
         return 0
-    if not chunks:
-        return tile.rows
-    chunks = min(chunks, -(-rows // tile.rows))
-    return tile.rows * chunks
+    return tile.rows
 
 
 def _pad(sch: s_tir.Schedule, anchor, tile: Tile, *, columns: bool = False,
