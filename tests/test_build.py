@@ -35,7 +35,7 @@ def test_dynamic_batch_runs_at_any_batch(build_tiny):
     model, folder = build_tiny("tiny-resnet", dynamic=("batch",))
     assert _manifest(folder)["inputs"][0]["shape"] == ["batch", 3, 32, 32]
     deployed = api.load(folder)
-    assert {c.batch for c in verify(deployed, model)} == {1, 2}
+    assert {c.at for c in verify(deployed, model)} == {"batch 1", "batch 2"}
     x = np.random.default_rng(1).standard_normal((3, 3, 32, 32)).astype("float32")
     (out,) = deployed.run([x])
     (ref,) = model.reference(x)
@@ -108,7 +108,7 @@ def test_verify_names_the_output_that_differs(build_tiny):
     reference = model.reference
     try:
         model.reference = lambda *a: [r * 1.01 for r in reference(*a)]
-        with pytest.raises(TvmfuseError, match=r"output output0 \(batch 1\) differs from pytorch: "
+        with pytest.raises(TvmfuseError, match=r"output output0 \(the examples\) differs from pytorch: "
                                                r"relative L2 error 9\.9\d*e-03 > tolerance 1e-04"):
             verify(api.load(folder), model)
     finally:

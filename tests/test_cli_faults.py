@@ -120,6 +120,12 @@ FACTORIES = textwrap.dedent("""
             def forward(self, x):
                 return x * 0.0
         return Zeros(), (torch.randn(1, 8),)
+
+    def patches():
+        class Patches(torch.nn.Module):
+            def forward(self, x):
+                return torch.nn.functional.unfold(x, 3)
+        return Patches(), (torch.randn(1, 3, 8, 8),)
 """)
 
 
@@ -146,8 +152,10 @@ def files(tmp_path_factory) -> Path:
     (["build", "m.onnx", "--input-shape", "2,5,16,16", "-o", "o"],
      "TVM cannot import m.onnx (operator Conv)"),
     (["build", "bad.pt2", "-o", "o"], "cannot load exported program bad.pt2"),
-    (["build", "tiny-transformer", "--dynamic", "batch", "-o", "o"],
-     "phase 4 (legalize) failed"),
+    (["build", "factories.py:patches", "--dynamic", "batch", "-o", "o"],
+     "TVM cannot import factories.py:patches: Check failed: ndim != kUnknownNDim"),
+    (["build", "tiny-resnet", "--dynamic", "seq", "--max-seq", "64", "-o", "o"],
+     "--dynamic seq: tiny-resnet has no token inputs"),
 ])
 def test_a_bad_model_is_one_error_line(files, args, message):
     _one_error_line(run_cli(*args, cwd=files), message)
@@ -158,6 +166,10 @@ ARGUMENT_ERRORS = [
     (["build", "tiny-resnet", "-o", "a-file"], "a-file is a file, not a folder"),
     (["build", "tiny-resnet", "-o", "o", "--dump-ir", "a-file"], "--dump-ir a-file is a file"),
     (["build", "nothing.py:f", "-o", "o"], "no file nothing.py"),
+    (["build", "tiny-transformer", "--dynamic", "seq", "-o", "o"],
+     "--dynamic seq needs --max-seq N"),
+    (["build", "tiny-transformer", "--max-seq", "64", "-o", "o"],
+     "--max-seq bounds a dynamic sequence: add --dynamic seq"),
     (["build", "tiny-resnet", "--target", "sparc", "-o", "o"], "unknown target 'sparc'"),
     (["build", "tiny-resnet", "--input-shape", "1,a", "-o", "o"], "cannot read input shape"),
     (["build", "tiny-resnet", "--db", "no-such-db", "-o", "o"], "no-such-db does not exist"),

@@ -9,6 +9,8 @@ from tvmfuse import TvmfuseError, zoo
 from tvmfuse.frontend import import_model
 from tvmfuse.specs import TensorSpec, parse_shape, random_inputs
 
+from conftest import REPO
+
 
 def test_parse_shape():
     assert parse_shape("1,3,224,224") == ((1, 3, 224, 224), None)
@@ -71,8 +73,38 @@ def test_dynamic_batch_stays_symbolic_in_relax():
 
 
 def test_unknown_dynamic_dim_is_an_error():
-    with pytest.raises(TvmfuseError, match="unknown dynamic dimension 'seq'"):
-        import_model("tiny-resnet", dynamic=["seq"])
+    with pytest.raises(TvmfuseError, match="unknown dynamic dimension 'time'"):
+        import_model("tiny-resnet", dynamic=["time"])
+
+
+def test_dynamic_seq_is_axis_1_of_the_token_inputs_bounded_by_max_seq(monkeypatch):
+    monkeypatch.chdir(REPO)
+    model = import_model("benchmarks/suite/models.py:distilbert_small", dynamic=["seq"],
+                         max_seq=96)
+    assert [s.shape for s in model.inputs] == [(1, "seq"), (1, "seq")]
+    assert model.outputs[0].shape == (1, "seq", 64)
+    main = model.mod["main"]
+    seq = main.params[0].ty.shape.values[1]
+    assert isinstance(seq, tirx.Var) and seq.same_as(main.params[1].ty.shape.values[1])
+    assert int(main.attrs["tir_var_upper_bound"][seq.name]) == 96
+    assert model.bounds == {"seq": 96}
+    # inputs at another length are drawn as the examples were: ids across the vocabulary
+    ids, mask = model.inputs_at({"seq": 70})
+    assert ids.shape == mask.shape == (1, 70) and ids.max() > 100
+
+
+@pytest.mark.parametrize(("source", "options", "message"), [
+    ("benchmarks/suite/models.py:t5_small", {"max_seq": 96},
+     r"differ on axis 1 \(input_ids 61, decoder_input_ids 13\)"),
+    ("benchmarks/suite/models.py:vit_small", {"max_seq": 96}, "has no token inputs"),
+    ("benchmarks/suite/models.py:distilbert_small", {"max_seq": 32},
+     "the example length 50 is not within 2..32"),
+    ("benchmarks/suite/models.py:distilbert_small", {}, "needs --max-seq N"),
+])
+def test_dynamic_seq_errors_name_what_to_change(source, options, message, monkeypatch):
+    monkeypatch.chdir(REPO)
+    with pytest.raises(TvmfuseError, match=message):
+        import_model(source, dynamic=["seq"], **options)
 
 
 def test_wrong_input_shape_is_one_clear_error():

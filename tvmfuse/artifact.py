@@ -112,6 +112,8 @@ def _manifest(compiled: Compiled, folder: Path) -> dict:
         "files": {runtime.LIBRARY: runtime.file_digest(folder / runtime.LIBRARY)},
         "inputs": [s.to_json() for s in model.inputs],
         "outputs": [s.to_json() for s in model.outputs],
+        # the largest size of each bounded symbolic dimension ({"seq": 512}), checked per run
+        "bounds": dict(model.bounds),
         "kernels": len(compiled.analysis.kernels),
         "fusion_groups": [g.to_json() for g in compiled.analysis.groups],
         "database": _database_json(compiled.analysis.databases),

@@ -17,7 +17,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +31,10 @@ from tvm.relax.frontend.torch import from_exported_program
 
 from . import zoo
 from .errors import TvmfuseError, one_line
-from .passes import WidenIntegerCumsum
-from .specs import DYNAMIC_DIMS, SEED, TensorSpec, format_shape, parse_shape, random_inputs
+from .passes import SimplifyBoundedShapes, WidenIntegerCumsum
+from .specs import (
+    SEED, TensorSpec, check_dynamic, format_shape, parse_shape, random_inputs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +54,20 @@ class ImportedModel:
     reference: Reference | None
     reference_name: str | None
     torch_module: object | None = None  # the nn.Module behind a PyTorch import
+    #: Where integer inputs are drawn from (name -> [low, high)), for inputs at other shapes.
+    value_ranges: dict = field(default_factory=dict)
+    #: The largest size of each bounded symbolic dimension (``{"seq": 512}``).
+    bounds: dict = field(default_factory=dict)
+
+    def inputs_at(self, sizes: dict[str, int]) -> list[np.ndarray]:
+        """Seeded random inputs with the symbolic dimensions at ``sizes``, drawn as the
+        examples were."""
+        return random_inputs(self.inputs, self.value_ranges, sizes=sizes)
 
 
 def import_model(
     source: str, *, input_shapes: Sequence[str] = (), dynamic: Sequence[str] = (),
-    batch: int | None = None,
+    batch: int | None = None, max_seq: int | None = None,
 ) -> ImportedModel:
     """Import ``source`` into Relax.
 
@@ -68,15 +79,15 @@ def import_model(
     input_shapes : sequence of str
         One ``1,3,224,224[:dtype]`` per model input, overriding the example shapes.
     dynamic : sequence of str
-        Dimensions kept symbolic in Relax; ``"batch"`` makes axis 0 of every input symbolic.
+        Dimensions kept symbolic in Relax: ``"batch"`` (axis 0 of every input), ``"seq"`` (axis 1
+        of every integer input of two or more dimensions, token ids and masks, up to
+        ``max_seq``).
     batch : int, optional
         Example batch size: axis 0 of every input (after ``input_shapes``).
+    max_seq : int, optional
+        The longest sequence a ``seq``-dynamic build runs (its memory is planned for it).
     """
-    unknown = sorted(set(dynamic) - set(DYNAMIC_DIMS))
-    if unknown:
-        raise TvmfuseError(
-            f"unknown dynamic dimension {unknown[0]!r}; supported: {', '.join(DYNAMIC_DIMS)}"
-        )
+    check_dynamic(dynamic, max_seq)
     overrides = [parse_shape(s) for s in input_shapes]
     if batch is not None and batch < 1:
         raise TvmfuseError(f"batch must be at least 1, not {batch}")
@@ -84,18 +95,22 @@ def import_model(
     if path.suffix in (".pt2", ".onnx"):
         if not path.is_file():
             raise TvmfuseError(f"model file {source} does not exist")
+        if "seq" in dynamic:
+            raise TvmfuseError(f"--dynamic seq is for PyTorch models (a factory or the zoo); "
+                               f"{path.name} fixed its shapes when it was exported")
         if path.suffix == ".onnx":
             return _import_onnx(path, overrides, dynamic, batch)
         return _import_pt2(path, overrides, dynamic, batch)
     if source in zoo.registry():
         entry = zoo.get(source)
         specs = _with_batch(_apply_overrides(source, entry.inputs, overrides), batch)
-        return _import_torch(source, "zoo", entry.build(), specs, entry.value_ranges, dynamic)
+        return _import_torch(source, "zoo", entry.build(), specs, entry.value_ranges, dynamic,
+                             max_seq)
     if ":" in source:
         module, specs, examples = _call_factory(source)
         specs = _with_batch(_apply_overrides(source, specs, overrides), batch)
         return _import_torch(source, "factory", module, specs, _ranges_of(examples, specs),
-                             dynamic)
+                             dynamic, max_seq)
     return zoo.get(source)  # raises the unknown-model error, listing the zoo
 
 
@@ -103,15 +118,16 @@ def import_model(
 
 
 def import_torch(module, example_inputs, *, name: str = "module",
-                 dynamic: Sequence[str] = ()) -> ImportedModel:
-    """Import an ``nn.Module`` object directly, with example inputs (tensors or arrays)."""
+                 dynamic: Sequence[str] = (), max_seq: int | None = None) -> ImportedModel:
+    """Import an ``nn.Module`` object directly, with example inputs (tensors or arrays);
+    ``dynamic`` and ``max_seq`` as for :func:`import_model`."""
+    check_dynamic(dynamic, max_seq)
     arrays = [np.asarray(t.detach().numpy() if hasattr(t, "detach") else t) for t in example_inputs]
     names = list(inspect.signature(module.forward).parameters)
     specs = tuple(TensorSpec(n, a.shape, str(a.dtype)) for n, a in zip(names, arrays))
-    model = _import_torch(name, "module", module.eval(), specs, {}, dynamic)
+    model = _import_torch(name, "module", module.eval(), specs, {}, dynamic, max_seq)
     model.example_inputs = arrays
     return model
-
 
 
 def _call_factory(source: str):
@@ -193,17 +209,25 @@ def _with_batch(specs, batch: int | None) -> tuple[TensorSpec, ...]:
     return tuple(replace(s, shape=(batch, *s.shape[1:])) for s in specs)
 
 
-def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> ImportedModel:
+def _import_torch(source, kind, module, specs, value_ranges, dynamic,
+                  max_seq=None) -> ImportedModel:
 
     examples = random_inputs(specs, value_ranges)
     args = tuple(torch.from_numpy(a) for a in examples)
+    concrete = specs  # the example shapes, which later draws of inputs keep
     dynamic_shapes = None
-    if "batch" in dynamic:
-        # torch.export specialises a dimension whose example is 1, so export at batch 2.
-        batch = torch.export.Dim("batch", min=1)
-        args = tuple(torch.cat([a, a]) if a.shape[0] == 1 else a for a in args)
-        dynamic_shapes = tuple({0: batch} for _ in args)
-        specs = tuple(replace(s, shape=("batch", *s.shape[1:])) for s in specs)
+    if dynamic:
+        axes = _dynamic_axes(source, specs, dynamic, max_seq)
+        if "batch" in dynamic:
+            # torch.export specialises a dimension whose example is 1, so export at batch 2.
+            args = tuple(torch.cat([a, a]) if a.shape[0] == 1 else a for a in args)
+        dynamic_shapes = tuple({axis: dim for axis, (_, dim) in named.items()} or None
+                               for named in axes)
+        if _takes_varargs(module):  # torch.export sees forward(*args)'s inputs as one tuple
+            dynamic_shapes = (dynamic_shapes,)
+        specs = tuple(replace(s, shape=tuple(named[i][0] if i in named else d
+                                             for i, d in enumerate(s.shape)))
+                      for s, named in zip(specs, axes))
     try:
         with torch.no_grad(), _quiet_torch():
             program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
@@ -219,13 +243,51 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic) -> Importe
     if vocabularies:  # token ids drawn in (0, 2) would leave the model's embeddings unread
         log.info("drawing %s below the embedding sizes %s", ", ".join(vocabularies),
                  ", ".join(str(high) for _, high in vocabularies.values()))
-        examples = random_inputs(specs, {**value_ranges, **vocabularies})
+        value_ranges = {**value_ranges, **vocabularies}
+        examples = random_inputs(concrete, value_ranges)
     try:  # torch.export traces with fake tensors: a dtype the module cannot take shows only here
         reference(*examples)
     except Exception as err:  # noqa: BLE001 - as above
         shapes = ", ".join(f"{s.name}{format_shape(s.shape)}:{s.dtype}" for s in specs)
         raise TvmfuseError(f"{source} cannot run on inputs {shapes}: {one_line(err)}") from None
-    return _from_exported(source, kind, program, specs, examples, reference, module)
+    model = _from_exported(source, kind, program, specs, examples, reference, module,
+                           bounds={"seq": max_seq} if "seq" in dynamic else {})
+    model.value_ranges = dict(value_ranges)
+    return model
+
+
+def _dynamic_axes(source, specs, dynamic, max_seq) -> list[dict[int, tuple[str, object]]]:
+    """Per input, ``{axis: (name, torch.export.Dim)}`` of the ``dynamic`` dimensions it has."""
+    dims = {}
+    if "batch" in dynamic:
+        dims["batch"] = torch.export.Dim("batch", min=1)
+    axes = [{0: ("batch", dims["batch"])} if "batch" in dims else {} for _ in specs]
+    if "seq" in dynamic:
+        ranked = [(i, s) for i, s in enumerate(specs) if len(s.shape) >= 2
+                  and not np.issubdtype(np.dtype(s.dtype), np.floating)]
+        lengths = {s.name: s.shape[1] for _, s in ranked}
+        if not ranked:
+            raise TvmfuseError(f"--dynamic seq: {source} has no token inputs (--dynamic seq "
+                               f"makes axis 1 of integer inputs of two or more dimensions, token "
+                               f"ids and masks, symbolic)")
+        if len(set(lengths.values())) > 1:
+            given = ", ".join(f"{name} {length}" for name, length in lengths.items())
+            raise TvmfuseError(f"--dynamic seq: the inputs of {source} differ on axis 1 ({given});"
+                               f" one symbolic length needs them equal")
+        length = next(iter(lengths.values()))
+        if not 2 <= length <= max_seq:
+            raise TvmfuseError(f"--dynamic seq: the example length {length} is not within 2.."
+                               f"{max_seq} (--max-seq); give an example length in that range "
+                               f"with --input-shape")
+        seq = torch.export.Dim("seq", min=1, max=max_seq)
+        for i, _ in ranked:
+            axes[i][1] = ("seq", seq)
+    return axes
+
+
+def _takes_varargs(module) -> bool:
+    parameters = inspect.signature(module.forward).parameters.values()
+    return any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
 
 
 def _embedding_ranges(program, specs, known) -> dict[str, tuple[int, int]]:
@@ -280,7 +342,8 @@ def _flatten_torch(out) -> list[np.ndarray]:
     return [t.detach().cpu().numpy() for t in _pytree.tree_leaves(out)]
 
 
-def _from_exported(source, kind, program, specs, examples, reference, module) -> ImportedModel:
+def _from_exported(source, kind, program, specs, examples, reference, module,
+                   bounds=None) -> ImportedModel:
 
     _drop_empty_concat_inputs(program)
     try:
@@ -288,9 +351,11 @@ def _from_exported(source, kind, program, specs, examples, reference, module) ->
     except Exception as err:  # noqa: BLE001 - an unsupported op surfaces as many error types
         raise TvmfuseError(f"TVM cannot import {source}: {one_line(err)}") from None
     mod = WidenIntegerCumsum()(mod)  # the importer types torch's cumsum as its input's dtype
+    if bounds:  # torch.export's ranges are the importer's tir_var_upper_bound
+        mod = SimplifyBoundedShapes()(mod)
     return ImportedModel(
         source, kind, mod, tuple(specs), _output_specs(mod, specs), examples, reference, "pytorch",
-        module,
+        module, bounds=dict(bounds or {}),
     )
 
 

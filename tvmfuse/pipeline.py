@@ -135,13 +135,16 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         )),
         # 4. Legalize: every Relax op becomes a TIR PrimFunc (scans and sorts through TVM's
         #    dispatch, which LegalizeOps leaves alone; `run` names any op left); constant
-        #    subgraphs are folded.
+        #    subgraphs are folded, and the `(a, b)[1]` that index_tensor's legalization leaves
+        #    (with a symbolic sequence the mask is not constant: FuseOps left such an item
+        #    outside the kernel that computes `b`, "Var lv25 is not defined").
         Phase("legalize", tvm.transform.Sequential([
             _dispatch_scans(backend, tvm_target),
             relax.transform.LegalizeOps(family.legalize_overrides(rules)),
             relax.transform.AnnotateTIROpPattern(),
             MarkGathersInjective(),  # embedding lookups and mask gathers join their neighbours
             relax.transform.FoldConstant(),
+            relax.transform.CanonicalizeBindings(),
         ])),
         # 5. TVM's FuseOps groups what the patterns left (elementwise chains, reductions).
         Phase("fuse_ops", _if(rules["elementwise"].enabled, relax.transform.FuseOps())),

@@ -13,8 +13,9 @@ from .errors import TvmfuseError
 #: Seed of every random weight and example input, so builds and references agree.
 SEED = 0
 
-#: The dynamic dimensions ``--dynamic`` understands: name -> axis of every input.
-DYNAMIC_DIMS = {"batch": 0}
+#: The dynamic dimensions ``--dynamic`` understands: name -> its axis in every input that has
+#: it (``seq``: integer inputs of two or more dimensions, token ids ``[batch, seq]``).
+DYNAMIC_DIMS = {"batch": 0, "seq": 1}
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,30 @@ def parse_shape(text: str) -> tuple[tuple[int, ...], str | None]:
     return shape, dtype or None
 
 
-def random_inputs(specs, value_ranges=None, seed: int = SEED) -> list[np.ndarray]:
-    """Seeded random inputs for ``specs`` (symbolic dims as 1); integers within ``value_ranges``."""
+def check_dynamic(dynamic, max_seq: int | None) -> None:
+    """Raise a TvmfuseError when the ``--dynamic`` dimensions and ``--max-seq`` do not go
+    together."""
+    unknown = sorted(set(dynamic) - set(DYNAMIC_DIMS))
+    if unknown:
+        raise TvmfuseError(
+            f"unknown dynamic dimension {unknown[0]!r}; supported: {', '.join(DYNAMIC_DIMS)}"
+        )
+    if "seq" in dynamic and max_seq is None:
+        raise TvmfuseError("--dynamic seq needs --max-seq N, the longest sequence the build "
+                           "will run (its memory is planned for it)")
+    if max_seq is not None and "seq" not in dynamic:
+        raise TvmfuseError("--max-seq bounds a dynamic sequence: add --dynamic seq")
+    if max_seq is not None and max_seq < 2:
+        raise TvmfuseError(f"--max-seq must be at least 2, not {max_seq}")
+
+
+def random_inputs(specs, value_ranges=None, seed: int = SEED, sizes=None) -> list[np.ndarray]:
+    """Seeded random inputs for ``specs``, symbolic dims at ``sizes`` (name -> size; 1 where it
+    names none); integers within ``value_ranges``."""
     rng = np.random.default_rng(seed)
     arrays = []
     for spec in specs:
-        shape = tuple(1 if isinstance(d, str) else d for d in spec.shape)
+        shape = tuple((sizes or {}).get(d, 1) if isinstance(d, str) else d for d in spec.shape)
         low, high = (value_ranges or {}).get(spec.name, (0, 2))
         if np.issubdtype(np.dtype(spec.dtype), np.floating) and spec.name not in (value_ranges or {}):
             arrays.append(rng.standard_normal(shape).astype(spec.dtype))

@@ -1,7 +1,8 @@
 """Check a build's outputs against the reference it was imported from (PyTorch or ONNX Runtime).
 
 The measure is the relative L2 error per output, ``||out - ref|| / ||ref||``, against a tolerance
-set by the output's dtype. A symbolic batch is checked at two sizes.
+set by the output's dtype. A symbolic batch is checked at two sizes, a symbolic sequence at
+several lengths up to its bound (a prime among them, so that no tile divides it).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ TOLERANCE = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2
 @dataclass(frozen=True)
 class OutputCheck:
     name: str
-    batch: int
+    #: The shape checked, as the log says it: ``"batch 1"``, ``"batch 2, seq 61"``.
+    at: str
     rel_err: float
     tolerance: float
 
@@ -55,14 +57,48 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
             f"{model.source} has no reference to verify against; install onnxruntime "
             f"(pip install 'tvmfuse[onnx]') or build without --verify"
         )
-    batches = [model.example_inputs]
-    if any(isinstance(d, str) for s in model.inputs for d in s.shape[:1]):
-        batches.append([np.concatenate([a, a[::-1]]) for a in model.example_inputs])
     checks = []
-    for arrays in batches:
-        checks += compare(deployed, deployed.run(arrays), model.reference(*arrays),
-                          len(arrays[0]), model.reference_name)
+    for at, arrays in _input_sets(model):
+        checks += compare(deployed, deployed.run(arrays), model.reference(*arrays), at,
+                          model.reference_name)
     return _judge(checks, model.reference_name)
+
+
+def _input_sets(model: ImportedModel) -> list[tuple[str, list[np.ndarray]]]:
+    """``(what, inputs)`` to check: the examples, then each symbolic dimension at other sizes
+    (batch 2: the examples and their reverse; a sequence at a prime length and at its bound)."""
+    sizes = _example_sizes(model)
+    sets = [(_describe(sizes), model.example_inputs)]
+    if "batch" in sizes:
+        sets.append((_describe({**sizes, "batch": 2 * sizes["batch"]}),
+                     [np.concatenate([a, a[::-1]]) for a in model.example_inputs]))
+    if "seq" in sizes:
+        bound = model.bounds["seq"]
+        for length in sorted({_prime_below(max(2, bound // 3)), bound} - {sizes["seq"]}):
+            at = {**sizes, "seq": length}
+            sets.append((_describe(at), model.inputs_at(at)))
+    return sets
+
+
+def _example_sizes(model: ImportedModel) -> dict[str, int]:
+    """The size each symbolic dimension has in the example inputs."""
+    sizes = {}
+    for spec, array in zip(model.inputs, model.example_inputs):
+        for want, got in zip(spec.shape, array.shape):
+            if isinstance(want, str):
+                sizes.setdefault(want, int(got))
+    return sizes
+
+
+def _describe(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{name} {size}" for name, size in sizes.items()) or "the examples"
+
+
+def _prime_below(n: int) -> int:
+    """The largest prime <= n (n >= 2)."""
+    while any(n % d == 0 for d in range(2, int(n**0.5) + 1)):
+        n -= 1
+    return n
 
 
 def verify_saved(deployed: Deployed) -> list[OutputCheck]:
@@ -75,14 +111,14 @@ def verify_saved(deployed: Deployed) -> list[OutputCheck]:
                            f"Runtime installed")
     inputs, refs = saved
     name = "the reference saved at build time"
-    return _judge(compare(deployed, deployed.run(inputs), refs, len(inputs[0]), name), name)
+    return _judge(compare(deployed, deployed.run(inputs), refs, "the saved inputs", name), name)
 
 
-def compare(deployed: Deployed, outs, refs, batch: int, reference_name: str) -> list[OutputCheck]:
+def compare(deployed: Deployed, outs, refs, at: str, reference_name: str) -> list[OutputCheck]:
     if len(outs) != len(refs):
         raise TvmfuseError(f"the build returns {len(outs)} outputs, {reference_name} {len(refs)}")
     _warn_if_uninformative(refs, deployed.outputs, reference_name)
-    return [OutputCheck(spec.name, batch, relative_error(out, ref), TOLERANCE.get(spec.dtype, 0.0))
+    return [OutputCheck(spec.name, at, relative_error(out, ref), TOLERANCE.get(spec.dtype, 0.0))
             for spec, out, ref in zip(deployed.outputs, outs, refs)]
 
 
@@ -100,13 +136,13 @@ def _warn_if_uninformative(refs, specs, reference_name: str) -> None:
 
 def _judge(checks: list[OutputCheck], reference_name: str) -> list[OutputCheck]:
     for check in checks:
-        log.info("verify %s (batch %d): relative L2 error %.2e (tolerance %.0e) against %s",
-                 check.name, check.batch, check.rel_err, check.tolerance, reference_name)
+        log.info("verify %s (%s): relative L2 error %.2e (tolerance %.0e) against %s",
+                 check.name, check.at, check.rel_err, check.tolerance, reference_name)
     bad = [c for c in checks if not c.ok]
     if bad:
         c = bad[0]
         raise TvmfuseError(
-            f"output {c.name} (batch {c.batch}) differs from {reference_name}: relative L2 "
+            f"output {c.name} ({c.at}) differs from {reference_name}: relative L2 "
             f"error {c.rel_err:.3e} > tolerance {c.tolerance:.0e}"
         )
     return checks

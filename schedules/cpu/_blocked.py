@@ -75,9 +75,9 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
     ``rows x blocks`` accumulators plus ``blocks`` weight vectors and one broadcast must fit the
     register file; at most half of it holds accumulators (measured on Zen 4: 8x2 and 4x4 tiles
     ran a 3x3 conv at 109 GFLOP/s, 4x1 at 108, 14x2 at 110, the dense GEMM best at 4x4). Rows
-    need not divide: the last row tile is predicated outside the vector loop (197 rows ran at
-    227 GFLOP/s, 196 at 224). Columns must divide unless ``pad``: then they are padded to whole
-    tiles of full vectors (see :func:`_pad`).
+    need not divide, and may be symbolic (``None``: a full tile): a GEMM's are padded to whole
+    tiles (:func:`_row_multiple`), a conv's last row tile is predicated. Columns must divide
+    unless ``pad``: then they are padded to whole tiles of full vectors (see :func:`_pad`).
     """
     lanes = vector.lanes if pad else lanes_for(cols_extent, vector.lanes)
     if min(lanes, cols_extent) < min(4, vector.lanes):
@@ -87,7 +87,7 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
     for blocks in (4, 2, 1):
         if not pad and (cols_extent // lanes) % blocks:
             continue
-        rows = min(budget // blocks, rows_extent or 1)
+        rows = min(budget // blocks, rows_extent or budget)  # symbolic rows: a full tile
         if rows * blocks + blocks + 1 > vector.registers:
             continue
         tile = Tile(rows, blocks, lanes)
@@ -159,7 +159,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     merged = None if row_chunks else _row_axes(sch, anchor)
     if merged is not None:
         rows = math.prod(static_extent(sch, loops[i]) for i in merged)
-    if row_chunks and (rows is None or len(spatial) < 2):
+    if row_chunks and len(spatial) < 2:
         return None
     tile = choose_tile(rows, cols, vector)
     padded = choose_tile(rows, cols, vector, pad=True)
@@ -184,7 +184,9 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     if row_chunks:  # as many chunks as threads, the last one a tile short where they do not
         # divide (50 rows: 13 tiles as 7 + 6, 1228 us for 50x3072x768 with its LayerNorm on Zen
         # 4; padded to 14 tiles, 1265); the predicate is per tile, outside its reduction
-        row_chunks = min(row_chunks, -(-static_extent(sch, spatial[-2]) // tile.rows))
+        row_tiles = static_extent(sch, spatial[-2])
+        if row_tiles is not None:
+            row_chunks = min(row_chunks, -(-row_tiles // tile.rows))
     reduce = [loop for loop, is_spatial in zip(loops, kinds) if not is_spatial]
     vector_axis = [iv.var for iv, is_spatial in zip(block.iter_vars, kinds) if is_spatial]
     # the copy out of the padded accumulators (the anchor's consumer, when padded) joins the
@@ -402,9 +404,9 @@ def _row_multiple(rows: int | None, tile: Tile, merged) -> int:
     last tile is predicated, and LLVM keeps the accumulators of its rows that may be empty in
     memory, in every tile: 50x768x768 ran at 136-166 GFLOP/s, 52 rows at 224. Merged rows
     (:func:`_merge_rows`) are not an einsum's axis: they stay predicated."""
-    if merged is not None or not rows:
+    if merged is not None or rows == 1:
         return 0
-    return tile.rows
+    return tile.rows  # a symbolic extent too: pad_einsum pads it to (n + 3) // 4 * 4
 
 
 def _pad(sch: s_tir.Schedule, anchor, tile: Tile, *, columns: bool = False,
@@ -421,7 +423,8 @@ def _pad(sch: s_tir.Schedule, anchor, tile: Tile, *, columns: bool = False,
     padding = [1] * len(iters)
     if columns:
         padding[spatial[-1]] = tile.blocks * tile.lanes
-    if rows and len(spatial) > 1 and int(iters[spatial[-2]].dom.extent) % rows:
+    extent = _static_int(iters[spatial[-2]].dom.extent) if len(spatial) > 1 else None
+    if rows and len(spatial) > 1 and (extent is None or extent % rows):
         padding[spatial[-2]] = rows
     if all(p == 1 for p in padding):
         return False  # the rows are whole tiles already (column padding is never a no-op)

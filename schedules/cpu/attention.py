@@ -71,20 +71,24 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
     (CQ, QO), (CK, KO), (CV, VO) = shape.q, shape.k, shape.v  # noqa: N806
     MB, MH, MQ, MK = shape.mask  # noqa: N806
     # A mask dimension of 1 is broadcast: its index is multiplied by 0.
-    fb, fh, fq, fk = (int(n != 1) for n in (MB, MH, MQ, MK))
+    fb, fh, fq, fk = (int(not (isinstance(n, int) and n == 1)) for n in (MB, MH, MQ, MK))
     R = 4  # noqa: N806 - rows computed together: R x TK scores, R x D outputs in registers
     TK = _key_tile(SK, lanes)  # noqa: N806 - keys per tile: up to four vectors of scores
     assert TK <= 64, "tree() below halves at most 64 scores"
-    NK = -(-SK // TK)  # noqa: N806
+    NK = (SK + TK - 1) // TK  # noqa: N806
     # Query rows per task: as many as leave four tasks per core (each task transposes its keys
-    # once, so larger tiles transpose less), a multiple of R. Neither tile need divide the
-    # sequence (197 = 14 x 14 patches + 1 is prime): past its end, query rows read the last row
-    # and are not written, keys read the last key and score the lowest float (weight 0).
-    tasks = 1
-    while B * H * tasks < 4 * cores and tasks * R < S:
-        tasks += 1
-    TQ = R * -(-S // (tasks * R))  # noqa: N806
-    NQ = -(-S // TQ)  # noqa: N806
+    # once, so larger tiles transpose less), a multiple of R; for a symbolic sequence, a fixed
+    # 8 R. Neither tile need divide the sequence (197 = 14 x 14 patches + 1 is prime): past its
+    # end, query rows read the last row and are not written, keys read the last key and score
+    # the lowest float (weight 0).
+    if isinstance(S, int) and isinstance(B, int):
+        tasks = 1
+        while B * H * tasks < 4 * cores and tasks * R < S:
+            tasks += 1
+        TQ = R * -(-S // (tasks * R))  # noqa: N806
+    else:
+        TQ = 8 * R  # noqa: N806
+    NQ = (S + TQ - 1) // TQ  # noqa: N806
     last, last_key = S - 1, SK - 1
     scale = float(shape.scale)
     dtype = shape.dtype
@@ -193,10 +197,13 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
     return attention
 
 
-def _key_tile(seq: int, lanes: int) -> int:
+def _key_tile(seq, lanes: int) -> int:
     """Keys per tile: four vectors, or two where that pads the last tile much less (197 keys:
-    7 tiles of 32 = 224 rather than 4 of 64 = 256), or one for short sequences."""
+    7 tiles of 32 = 224 rather than 4 of 64 = 256), or one for short sequences; four for a
+    symbolic sequence."""
     wide, narrow = 4 * lanes, 2 * lanes
+    if not isinstance(seq, int):
+        return wide
     if seq <= narrow:
         return narrow if seq > lanes else lanes
 

@@ -36,8 +36,10 @@ ROWS = 4
 
 def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc | None:
     """The scheduled CUDA kernel for ``shape``; None for cross-attention and decoding steps
-    (queries and keys of different lengths), which this kernel does not handle."""
-    if shape.kv_seq != shape.seq:
+    (queries and keys of different lengths) and symbolic shapes, which this kernel does not
+    handle."""
+    if not all(isinstance(d, int) for d in (shape.batch, shape.seq, shape.kv_seq)) \
+            or shape.kv_seq != shape.seq:
         return None
     B, S, H, D = shape.batch, shape.seq, shape.heads, shape.head_dim  # noqa: N806
     (CQ, QO), (CK, KO), (CV, VO) = shape.q, shape.k, shape.v  # noqa: N806

@@ -336,3 +336,37 @@ def test_dense_rows_are_padded_to_whole_tiles(m):
     assert "x_pad" in [b.name_hint for b in _blocks(sch)]
     x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
     _close(_run(sch, [x, w, b], (1, m, 64)), np.maximum(x @ w + b, 0))
+
+
+def test_dense_over_a_symbolic_length_keeps_its_tile_and_pads_the_rows():
+    """``--dynamic seq``: rows are ``n``, unknown until the call; the tile is the full 4 x 4
+    (not one row), the activation padded to ``(n + 3) // 4 * 4`` rows, and any ``n`` right."""
+    n = tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, n, 64), "float32"))
+    w = relax.Var("w", relax.TensorType((64, 64), "float32"))
+    with bb.function("main", [x, w]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(bb.emit(relax.op.matmul(x, w))))
+        bb.emit_func_output(out)
+    with AVX512.tvm_target():
+        mod = relax.transform.LegalizeOps()(bb.get())
+        mod = relax.transform.FuseTIR()(relax.transform.FuseOps()(
+            relax.transform.AnnotateTIROpPattern()(mod)))
+    (func,) = [f for f in mod.functions.values() if isinstance(f, tirx.PrimFunc)]
+    sch = cpu.Dense(VECTOR).apply(func, AVX512.tvm_target(), False)
+    loops = sch.get_loops(sch.get_sblock("matmul_update"))
+    assert [int(sch.get(loop).extent) for loop in loops[-3:]] == [4, 4, 16]
+    assert "x_pad" in [b.name_hint for b in _blocks(sch)]
+    update = sch.get_loops(sch.get_sblock("matmul_update"))[-1]
+    predicate = sch.get(update).body.predicate
+    assert isinstance(predicate, tirx.IntImm) and int(predicate) == 1
+    lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
+                      target=AVX512.tvm_target())
+    dev = tvm.cpu()
+    weights = rng.standard_normal((64, 64)).astype("float32")
+    for rows in (1, 5, 50):
+        data = rng.standard_normal((1, rows, 64)).astype("float32")
+        result = tvm.runtime.tensor(np.zeros((1, rows, 64), "float32"), dev)
+        lib.mod["main"](tvm.runtime.tensor(data, dev), tvm.runtime.tensor(weights, dev), result)
+        _close(result.numpy(), np.maximum(data @ weights, 0))

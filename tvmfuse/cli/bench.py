@@ -14,8 +14,8 @@ from .. import env
 from ..bench.engines import ENGINES, check_names
 from ..errors import TvmfuseError
 from .common import (
-    add_database_arguments, add_model_arguments, check_model_arguments, positive_float,
-    positive_int,
+    add_database_arguments, add_model_arguments, check_model_arguments, import_arguments,
+    positive_float, positive_int,
 )
 
 log = logging.getLogger(__name__)
@@ -61,8 +61,7 @@ def handle(args: argparse.Namespace) -> int:
     if reason:
         raise TvmfuseError(f"cannot benchmark {target.name} here: {reason}")
     threads = args.threads or target.config.get("num-cores") or 1  # CPU threads (TVM host, torch)
-    model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic,
-                             batch=args.batch)
+    model = api.import_model(args.model, batch=args.batch, **import_arguments(args))
     report = api.bench(
         model, target, engines,
         options=api.BuildOptions(database=args.db, use_database=not args.no_db,

@@ -11,7 +11,7 @@ from .. import env
 from ..errors import TvmfuseError
 from .common import (
     add_database_arguments, add_model_arguments, add_rpc_argument, check_model_arguments,
-    check_rpc, positive_int,
+    check_rpc, import_arguments, positive_int,
 )
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def handle(args: argparse.Namespace) -> int:
     if (args.verify or args.bench) and args.rpc is None and reason is not None:
         raise TvmfuseError(f"cannot {'verify' if args.verify else 'time'} a {target.name} build "
                            f"here: {reason}; verify on its device with --rpc HOST:PORT:KEY")
-    model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)
+    model = api.import_model(args.model, **import_arguments(args))
     options = api.BuildOptions(database=args.db, use_database=not args.no_db, dump_ir=args.dump_ir,
                                fusion_rules=args.fusion_rules, verify_fusion=args.verify_fusion)
     compiled = api.compile_model(model, target, options)

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from ..errors import TvmfuseError
-from ..specs import DYNAMIC_DIMS, parse_shape
+from ..specs import DYNAMIC_DIMS, check_dynamic, parse_shape
 from ..targets import check_name, target_names
 
 #: The zoo's model names (tvmfuse.zoo imports torch; a test keeps the two in step).
@@ -28,9 +28,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="shape of one input, e.g. 1,3,224,224 or 1,128:int64; once per input, in order",
     )
     parser.add_argument(
-        "--dynamic", action="append", default=[], choices=sorted(DYNAMIC_DIMS),
-        help="keep this dimension symbolic (batch: axis 0 of every input)",
+        "--dynamic", action="extend", default=[], type=_dynamic_dims, metavar="DIMS",
+        help="keep these dimensions symbolic, comma-separated: batch (axis 0 of every input), "
+             "seq (axis 1 of integer inputs of two or more dimensions, token ids and masks; "
+             "needs --max-seq)",
     )
+    parser.add_argument("--max-seq", type=int, metavar="N",
+                        help="the longest sequence a --dynamic seq build runs")
     parser.add_argument("--fusion-rules", type=Path, metavar="FILE",
                         help="fusion rules (TOML) over the shipped defaults; see fusion_rules.toml")
     parser.add_argument("--verify-fusion", action="store_true",
@@ -38,6 +42,21 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                              "any that fails to build or to match")
     parser.add_argument("--target", default="avx512",
                         help=f"one of {', '.join(target_names())} (default: avx512, this host)")
+
+
+def _dynamic_dims(text: str) -> list[str]:
+    dims = [d.strip() for d in text.split(",") if d.strip()]
+    unknown = [d for d in dims if d not in DYNAMIC_DIMS]
+    if unknown or not dims:
+        raise argparse.ArgumentTypeError(
+            f"unknown dimension {unknown[0] if unknown else text!r}; choose from "
+            f"{', '.join(DYNAMIC_DIMS)} (comma-separated)")
+    return dims
+
+
+def import_arguments(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``api.import_model`` that :func:`add_model_arguments` parsed."""
+    return {"input_shapes": args.input_shape, "dynamic": args.dynamic, "max_seq": args.max_seq}
 
 
 def add_database_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -60,6 +79,7 @@ def check_model_arguments(args: argparse.Namespace, db_must_exist: bool = True) 
     """What can be known wrong about the model arguments without importing the model
     (``db_must_exist``: ``--db`` names a database to read, not one to create)."""
     check_name(args.target)
+    check_dynamic(args.dynamic, args.max_seq)
     for text in args.input_shape:
         parse_shape(text)
     source = args.model

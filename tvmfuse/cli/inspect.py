@@ -11,7 +11,9 @@ import collections
 import json
 from pathlib import Path
 
-from .common import add_database_arguments, add_model_arguments, check_model_arguments
+from .common import (
+    add_database_arguments, add_model_arguments, check_model_arguments, import_arguments,
+)
 
 
 def add_parser(sub) -> None:
@@ -33,7 +35,7 @@ def handle(args: argparse.Namespace) -> int:
     from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
 
     target = api.get_target(args.target)
-    model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)
+    model = api.import_model(args.model, **import_arguments(args))
     options = api.BuildOptions(dump_ir=args.dump_ir, fusion_rules=args.fusion_rules,
                                verify_fusion=args.verify_fusion)
     report = api.benefit(model, target, options)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ..errors import TvmfuseError
 from .common import (
-    add_model_arguments, add_rpc_argument, check_model_arguments, check_rpc, nonnegative_int,
-    positive_int,
+    add_model_arguments, add_rpc_argument, check_model_arguments, check_rpc, import_arguments,
+    nonnegative_int, positive_int,
 )
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def handle(args: argparse.Namespace) -> int:
     if not args.verbose:  # MetaSchedule's per-trial chatter; the progress bar and plan remain
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     target = api.get_target(args.target)
-    model = api.import_model(args.model, input_shapes=args.input_shape, dynamic=args.dynamic)
+    model = api.import_model(args.model, **import_arguments(args))
     options = api.BuildOptions(database=args.db, fusion_rules=args.fusion_rules)
     database, _ = api.tune(model, target, options, trials=args.trials,
                            trials_per_iter=args.trials_per_iter, top_k=args.top_k,

@@ -17,6 +17,7 @@ from .merge_parallel_matmul import MergeParallelMatmul
 from .merge_summed_conv import MergeSummedConv
 from .normalize_squeeze_axes import NormalizeSqueezeAxes
 from .prepack_weights import PrepackWeights
+from .simplify_bounded_shapes import SimplifyBoundedShapes
 from .verify_fusion import VerifyFusion
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
@@ -25,5 +26,5 @@ __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNo
            "FoldConstantCasts", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv",
-           "NormalizeSqueezeAxes", "PrepackWeights", "VerifyFusion", "WidenIntegerCumsum",
-           "WinogradConv2D"]
+           "NormalizeSqueezeAxes", "PrepackWeights", "SimplifyBoundedShapes", "VerifyFusion",
+           "WidenIntegerCumsum", "WinogradConv2D"]

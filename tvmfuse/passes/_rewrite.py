@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import tvm
-from tvm import relax
+from tvm import relax, sym
 from tvm.relax.dpl import rewrite_call
 
 
@@ -31,6 +31,39 @@ def scalar_constant(expr) -> float | None:
     if isinstance(expr, tvm.ir.expr.GenericConst) and expr.value.numpy().size == 1:
         return float(expr.value.numpy().reshape(()))
     return None
+
+
+def dims_of(expr) -> list | None:
+    """The dimensions of ``expr``'s shape: ints where known, symbolic ``PrimExpr`` s (a dynamic
+    batch or sequence) where not; None where it has no shape."""
+    values = getattr(getattr(getattr(expr, "ty", None), "shape", None), "values", None)
+    if values is None:
+        return None
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in values]
+
+
+_ANALYZER = sym.Analyzer()
+
+
+def dims_equal(a, b) -> bool:
+    """Two dimensions (ints or symbolic) are provably equal."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return bool(_ANALYZER.can_prove_equal(a, b))
+
+
+def shapes_equal(a: list | None, b: list | None) -> bool:
+    """Two shapes (from :func:`dims_of`) are provably equal."""
+    return a is not None and b is not None and len(a) == len(b) and all(
+        dims_equal(x, y) for x, y in zip(a, b))
+
+
+def product(dims: list):
+    """The product of dimensions (an int, or a ``PrimExpr`` when one is symbolic)."""
+    total = 1
+    for d in dims:
+        total = total * d
+    return total
 
 
 def static_shape(shape) -> list[int] | None:

@@ -5,18 +5,17 @@
 over leading dims. Without this, the reshape after the matmul is an injective op that FuseOps
 cannot put into the matmul's kernel, so the bias, activation and residual add each stay apart.
 
-Preconditions: imported Relax, before LegalizeOps. Only static shapes are folded.
+Preconditions: imported Relax, before LegalizeOps. Symbolic dimensions (``--dynamic``) are
+folded where the shapes provably agree.
 """
 
 from __future__ import annotations
-
-import math
 
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
-from ._rewrite import rewrite_functions, static_shape
+from ._rewrite import dims_equal, dims_of, product, rewrite_functions, shapes_equal
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldMatmulReshape")
@@ -30,20 +29,19 @@ class FoldMatmulReshape:
         pattern = is_op("relax.reshape")(with_bias | matmul, wildcard())
 
         def rewrite(expr: relax.Expr, matches) -> relax.Expr:
-            x_shape = static_shape(matches[x].ty.shape)
-            w_shape = static_shape(matches[weight].ty.shape)
-            out_shape = static_shape(expr.ty.shape)
+            x_shape, w_shape = dims_of(matches[x]), dims_of(matches[weight])
+            out_shape = dims_of(expr)
             if x_shape is None or w_shape is None or out_shape is None or len(w_shape) != 2:
                 return expr
-            flat = static_shape(matches[matmul].args[0].ty.shape)
-            if (len(x_shape) < 3 or flat != [math.prod(x_shape[:-1]), x_shape[-1]]
-                    or out_shape != [*x_shape[:-1], w_shape[1]]):
+            flat = dims_of(matches[matmul].args[0])
+            if (len(x_shape) < 3 or not shapes_equal(flat, [product(x_shape[:-1]), x_shape[-1]])
+                    or not shapes_equal(out_shape, [*x_shape[:-1], w_shape[1]])):
                 return expr
             call = matches[matmul]
             result = relax.Call(call.op, [matches[x], matches[weight]], call.attrs)
             if with_bias in matches:
-                b_shape = static_shape(matches[bias].ty.shape)
-                if b_shape is None or math.prod(b_shape) != w_shape[1]:
+                b_shape = dims_of(matches[bias])
+                if b_shape is None or not dims_equal(product(b_shape), w_shape[1]):
                     return expr  # not a per-column bias: it may not broadcast the same way
                 result = relax.op.add(result, matches[bias])
             return result

@@ -33,7 +33,7 @@ import tvm
 from tvm import relax
 
 from .. import names
-from ._rewrite import calls_op, scalar_constant, static_shape
+from ._rewrite import calls_op, dims_equal, dims_of, product, scalar_constant, shapes_equal
 
 #: The fusion rule this pass implements, as the build report names it.
 RULE = "tvmfuse.fused_attention"
@@ -44,21 +44,22 @@ class AttentionShape:
     """One attention call: ``batch`` x ``heads`` heads of ``head_dim``, ``seq`` queries and
     ``kv_seq`` keys (as many unless it is cross-attention or a decoding step over a cache).
 
-    ``q``, ``k``, ``v`` are ``(channels, offset)``: the width of the ``[batch, seq, channels]``
-    tensor each is read from and the channel where head 0 starts. ``mask`` is the shape of the
+    ``batch``, ``seq`` and ``kv_seq`` are symbolic (a ``PrimExpr``) where the model keeps them
+    so (``--dynamic batch,seq``). ``q``, ``k``, ``v`` are ``(channels, offset)``: the width of the
+    ``[batch, seq, channels]`` tensor each is read from and the channel where head 0 starts. ``mask`` is the shape of the
     additive mask, broadcast to ``[batch, heads, seq, seq]`` (dimensions of 1 are broadcast)."""
 
-    batch: int
-    seq: int
+    batch: int | tvm.tirx.PrimExpr
+    seq: int | tvm.tirx.PrimExpr
     heads: int
     head_dim: int
     q: tuple[int, int]
     k: tuple[int, int]
     v: tuple[int, int]
-    mask: tuple[int, int, int, int]
+    mask: tuple
     scale: float
     dtype: str = "float32"
-    kv_seq: int | None = None
+    kv_seq: int | tvm.tirx.PrimExpr | None = None
 
     def __post_init__(self):
         if self.kv_seq is None:
@@ -150,11 +151,11 @@ def _find(func: relax.Function) -> dict[relax.Var, _Match]:
 
 def _match(softmax: relax.VarBinding, values, users):
     probs = softmax.var
-    shape = _shape(probs)
+    shape = dims_of(probs)
     if shape is None or len(shape) != 4:
         return None
     batch, heads, seq, kv_seq = shape
-    if int(softmax.value.attrs.axis) not in (-1, 3):
+    if not isinstance(heads, int) or int(softmax.value.attrs.axis) not in (-1, 3):
         return None
     # backwards: [add mask] <- [multiply/divide scale] <- reshape <- matmul(Q heads, K^T heads)
     scores, mask = _peel(values, softmax.value.args[0]), None
@@ -193,7 +194,7 @@ def _match(softmax: relax.VarBinding, values, users):
         batch=batch, seq=seq, kv_seq=kv_seq, heads=heads, head_dim=head_dim,
         q=_channels(q[0], heads * head_dim), k=_channels(k[0], heads * head_dim),
         v=_channels(v[0], heads * head_dim),
-        mask=tuple(_shape(mask)) if mask is not None else (1, 1, 1, 1), scale=scale, dtype=dtype)
+        mask=tuple(dims_of(mask)) if mask is not None else (1, 1, 1, 1), scale=scale, dtype=dtype)
     return merged, _Match(attention, q[0], k[0], v[0], mask)
 
 
@@ -201,16 +202,16 @@ def _channels(operand: _Operand, merged: int) -> tuple[int, int]:
     """(channels, offset) of the ``[B, S, C]`` tensor the kernel reads ``operand`` from."""
     if operand.heads_first:
         return merged, 0
-    return _shape(operand.tensor)[2], operand.offset
+    return dims_of(operand.tensor)[2], operand.offset
 
 
 def _split_mask(add: relax.Call, values, shape):
     """(scores, mask) of ``scores + mask``: the mask has rank 4 and each dimension either 1
     (broadcast) or the scores'."""
     for scores, mask in (add.args, add.args[::-1]):
-        mask_shape = _shape(mask)
+        mask_shape = dims_of(mask)
         if (_is_scores(values, scores) and mask_shape is not None and len(mask_shape) == 4
-                and all(m in (1, s) for m, s in zip(mask_shape, shape))
+                and all(dims_equal(m, 1) or dims_equal(m, s) for m, s in zip(mask_shape, shape))
                 and str(mask.ty.dtype) == str(add.ty.dtype)):
             return _peel(values, scores), mask
     return None, None
@@ -253,8 +254,9 @@ def _heads(values, expr, batch, heads, seq, transposed: bool):
         split = _split(values, expr.args[0], batch, seq, heads)
         if split is not None:
             return (*split, factor)
-    found = _shape(expr)
-    if found is None or len(found) != 4 or found[:3] != [batch, heads, seq]:
+    found = dims_of(expr)
+    if (found is None or len(found) != 4 or not shapes_equal(found[:3], [batch, heads, seq])
+            or not isinstance(found[3], int)):
         return None
     return _Operand(expr, 0, heads_first=True), found[3], factor
 
@@ -278,8 +280,7 @@ def _is_no_key_guard(values, where: relax.Call, scores) -> bool:
     """``where`` is the safe softmax of PyTorch's SDPA: ``where(no_key, 0, probs)`` where
     ``no_key`` says a row's scores are all -inf, computed as ``not(max(int8(not(scores ==
     -inf)), -1, keepdims))``. The kernel gives such rows 0 as well."""
-    zeros = where.args[1]
-    if not (isinstance(zeros, tvm.ir.expr.GenericConst) and not np.any(zeros.value.numpy())):
+    if not _is_zeros(values, where.args[1]):
         return False
     expr, ops = _peel(values, where.args[0]), []
     while calls_op(expr, "relax.logical_not") or calls_op(expr, "relax.astype") or calls_op(
@@ -295,16 +296,25 @@ def _is_no_key_guard(values, where: relax.Call, scores) -> bool:
     return bound == float("-inf") and _peel(values, expr.args[0]).same_as(_peel(values, scores))
 
 
+def _is_zeros(values, expr) -> bool:
+    """A constant of zeros, or ``full_like(x, 0)`` (what it is where the shape is symbolic)."""
+    if isinstance(expr, tvm.ir.expr.GenericConst):
+        return not np.any(expr.value.numpy())
+    expr = _peel(values, expr)
+    return calls_op(expr, "relax.full_like") and scalar_constant(expr.args[1]) == 0
+
+
 def _split(values, expr, batch, seq, heads):
     """(operand, head_dim) of ``reshape(x, [B, S, H, D])`` with ``x`` ``[B, S, H * D]``."""
     expr = _peel(values, expr)
     if not calls_op(expr, "relax.reshape"):
         return None
-    split = _shape(expr)
+    split = dims_of(expr)
     source = expr.args[0]
-    flat = _shape(source)
-    if (split is None or flat is None or len(split) != 4 or split[:3] != [batch, seq, heads]
-            or flat != [batch, seq, heads * split[3]]):
+    flat = dims_of(source)
+    if (split is None or flat is None or len(split) != 4 or not isinstance(split[3], int)
+            or not shapes_equal(split[:3], [batch, seq, heads])
+            or not shapes_equal(flat, [batch, seq, heads * split[3]])):
         return None
     return _operand(values, source), split[3]
 
@@ -317,7 +327,7 @@ def _operand(values, expr) -> _Operand:
     if calls_op(sliced, "relax.strided_slice"):
         source, axes, begin, end = (sliced.args[0], *map(_ints, sliced.args[1:4]))
         strides = _ints(sliced.args[4]) if len(sliced.args) > 4 else [1]
-        source_shape = _shape(source)
+        source_shape = dims_of(source)
         if (axes == [2] and strides == [1] and source_shape is not None and len(source_shape) == 3
                 and begin is not None and end is not None and 0 <= begin[0] < end[0]
                 <= source_shape[2]):
@@ -331,20 +341,20 @@ def _merge_heads(var, values, users, flat_shape):
     a single query)."""
     step = _only_user(var, values, users)
     if (step is not None and calls_op(values[step], "relax.reshape")
-            and len(_shape(step) or ()) == 4):
+            and len(dims_of(step) or ()) == 4):
         var, step = step, _only_user(step, values, users)
     order = [0, 1, 2, 3]
     while step is not None and (calls_op(values[step], "relax.permute_dims") or (
-            calls_op(values[step], "relax.reshape") and _shape(step) == _shape(var))):
+            calls_op(values[step], "relax.reshape") and shapes_equal(dims_of(step), dims_of(var)))):
         if calls_op(values[step], "relax.permute_dims"):  # (a reshape to its own shape: a view)
             order = [order[a] for a in _axes(values[step])]
         var, step = step, _only_user(step, values, users)
     # with one query the permutation moves no data, and FoldLayoutGlue has removed it
-    if order != [0, 2, 1, 3] and not (flat_shape[1] == 1 and order == [0, 1, 2, 3]):
+    if order != [0, 2, 1, 3] and not (dims_equal(flat_shape[1], 1) and order == [0, 1, 2, 3]):
         return None
     merged = step
     if (merged is None or not calls_op(values[merged], "relax.reshape")
-            or _shape(merged) != list(flat_shape)):
+            or not shapes_equal(dims_of(merged), list(flat_shape))):
         return None
     return merged
 
@@ -355,7 +365,9 @@ def _forward_to(var, values, users, op: str, guard=lambda where: False):
     as its first argument: (its var, call)."""
     source = var  # what the views show, for the check that ``op`` reads it
     while True:
-        step = _only_user(var, values, users)
+        # (``full_like(probs, 0)``, the safe softmax's zeros, uses only the shape)
+        step = _only_user(var, values, users,
+                          ignore=lambda user: calls_op(values[user], "relax.full_like"))
         if step is None:
             return None
         value = values[step]
@@ -379,13 +391,14 @@ def _through_views(values, expr, keep_4d: bool = False):
     (``[B, H, X, Y] <-> [B * H, X, Y]``); with ``keep_4d`` stop at the first 4-D tensor."""
     expr = _peel(values, expr)
     while True:
-        if calls_op(expr, "relax.broadcast_to") and _shape(expr) == _shape(expr.args[0]):
+        if calls_op(expr, "relax.broadcast_to") and shapes_equal(dims_of(expr), dims_of(expr.args[0])):
             expr = _peel(values, expr.args[0])
             continue
         if calls_op(expr, "relax.reshape"):
-            inner, outer = _shape(expr.args[0]), _shape(expr)
-            if (inner is not None and outer is not None and inner[-2:] == outer[-2:]
-                    and np.prod(inner) == np.prod(outer) and {len(inner), len(outer)} == {3, 4}
+            inner, outer = dims_of(expr.args[0]), dims_of(expr)
+            if (inner is not None and outer is not None and shapes_equal(inner[-2:], outer[-2:])
+                    and dims_equal(product(inner), product(outer))
+                    and {len(inner), len(outer)} == {3, 4}
                     and not (keep_4d and len(outer) == 4)):
                 expr = _peel(values, expr.args[0])
                 continue
@@ -399,16 +412,12 @@ def _peel(values, expr):
     return expr
 
 
-def _only_user(var, values, users):
-    found = users.get(var, [])
+def _only_user(var, values, users, ignore=lambda user: False):
+    found = [u for u in users.get(var, []) if not (u in values and ignore(u))]
     return found[0] if len(found) == 1 and found[0] in values else None
 
 
 # --- small helpers -----------------------------------------------------------------------------
-
-
-def _shape(expr) -> list[int] | None:
-    return static_shape(getattr(getattr(expr, "ty", None), "shape", None))
 
 
 def _axes(call) -> list[int] | None:
