@@ -112,13 +112,16 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,
                 MergeParallelMatmul(rules["horizontal_matmul"].max_group_size)),
-            _attention(family, rules["fused_attention"].enabled),
             # ToMixedPrecision cannot type clip's scalar bounds (ReLU6): decomposed first; the
-            # casts of constants it leaves (the bounds) are evaluated after it.
+            # casts of constants it leaves (the bounds) are evaluated after it. It runs before
+            # FuseAttention: it has no policy for call_tir and asked the dtype of the kernel
+            # itself ("Expected TensorType, but got R.Callable"), so fp16 transformers did not
+            # build.
             _if(options.dtype == "float16", tvm.transform.Sequential([
                 DecomposeClip(), relax.transform.ToMixedPrecision(out_dtype="float16"),
                 FoldConstantCasts(),
             ])),
+            _attention(family, rules["fused_attention"].enabled),
             *family.layout_passes(rules),
             _if(rules["horizontal_conv"].enabled, MergeSummedConv()),
             _if(rules["fold_layout_glue"].enabled, FoldLayoutGlue()),

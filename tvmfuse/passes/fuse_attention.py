@@ -187,8 +187,9 @@ def _match(softmax: relax.VarBinding, values, users):
     merged = _merge_heads(pv[0], values, users, (batch, seq, heads * head_dim))
     if merged is None:
         return None
-    dtype = str(probs.ty.dtype)
-    if any(str(t.tensor.ty.dtype) != dtype for t in (q[0], k[0], v[0])):
+    dtype = str(q[0].tensor.ty.dtype)  # storage; the probabilities may be float32 (fp16 builds)
+    if any(str(t.tensor.ty.dtype) != dtype for t in (k[0], v[0])) or str(
+            values[merged].ty.dtype) != dtype:
         return None
     attention = AttentionShape(
         batch=batch, seq=seq, kv_seq=kv_seq, heads=heads, head_dim=head_dim,
@@ -376,7 +377,8 @@ def _forward_to(var, values, users, op: str, guard=lambda where: False):
         if calls_op(value, "relax.where") and value.args[2].same_as(var) and guard(value):
             var = source = step
             continue
-        if not (calls_op(value, "relax.broadcast_to") or calls_op(value, "relax.reshape")):
+        if not (calls_op(value, "relax.broadcast_to") or calls_op(value, "relax.reshape")
+                or _is_float_cast(value)):
             return None
         var = step
 
@@ -406,10 +408,20 @@ def _through_views(values, expr, keep_4d: bool = False):
 
 
 def _peel(values, expr):
-    """The call bound to ``expr`` when it is a variable of this block, else ``expr``."""
-    while isinstance(expr, relax.Var) and expr in values:
-        expr = values[expr]
-    return expr
+    """The call bound to ``expr`` when it is a variable of this block, else ``expr``; through
+    casts between float types (the float16 chain ToMixedPrecision leaves computes the softmax
+    in float32: the kernel computes in float32 throughout)."""
+    while True:
+        while isinstance(expr, relax.Var) and expr in values:
+            expr = values[expr]
+        if not _is_float_cast(expr):
+            return expr
+        expr = expr.args[0]
+
+
+def _is_float_cast(expr) -> bool:
+    return (calls_op(expr, "relax.astype") and "float" in str(expr.attrs.dtype)
+            and "float" in str(getattr(expr.args[0].ty, "dtype", "")))
 
 
 def _only_user(var, values, users, ignore=lambda user: False):
@@ -461,6 +473,8 @@ class _Rewriter(relax.PyExprMutator):
             self.kernels[shape] = gvar
         mask = (self.visit_expr(match.mask) if match.mask is not None
                 else relax.const(np.zeros((1, 1, 1, 1), shape.dtype)))
+        if str(mask.ty.dtype) != shape.dtype:  # a float32 mask of a float16 chain
+            mask = self.builder_.emit(relax.op.astype(mask, shape.dtype))
         args = [self._flat(match.q, shape, shape.seq), self._flat(match.k, shape, shape.kv_seq),
                 self._flat(match.v, shape, shape.kv_seq), mask]
         out = relax.TensorType((shape.batch, shape.seq, shape.heads * shape.head_dim),
