@@ -108,8 +108,9 @@ def test_verify_names_the_output_that_differs(build_tiny):
     reference = model.reference
     try:
         model.reference = lambda *a: [r * 1.01 for r in reference(*a)]
-        with pytest.raises(TvmfuseError, match=r"output output0 \(the examples\) differs from pytorch: "
-                                               r"relative L2 error 9\.9\d*e-03 > tolerance 1e-04"):
+        with pytest.raises(TvmfuseError, match=r"output output0 \(the examples\) differs from "
+                                               r"pytorch: relative L2 error 9\.9\d*e-03 > "
+                                               r"tolerance 1e-04"):
             verify(api.load(folder), model)
     finally:
         model.reference = reference

@@ -46,8 +46,9 @@ class AttentionShape:
 
     ``batch``, ``seq`` and ``kv_seq`` are symbolic (a ``PrimExpr``) where the model keeps them
     so (``--dynamic batch,seq``). ``q``, ``k``, ``v`` are ``(channels, offset)``: the width of the
-    ``[batch, seq, channels]`` tensor each is read from and the channel where head 0 starts. ``mask`` is the shape of the
-    additive mask, broadcast to ``[batch, heads, seq, seq]`` (dimensions of 1 are broadcast)."""
+    ``[batch, seq, channels]`` tensor each is read from and the channel where head 0 starts.
+    ``mask`` is the shape of the additive mask, broadcast to ``[batch, heads, seq, seq]``
+    (dimensions of 1 are broadcast)."""
 
     batch: int | tvm.tirx.PrimExpr
     seq: int | tvm.tirx.PrimExpr
@@ -393,7 +394,8 @@ def _through_views(values, expr, keep_4d: bool = False):
     (``[B, H, X, Y] <-> [B * H, X, Y]``); with ``keep_4d`` stop at the first 4-D tensor."""
     expr = _peel(values, expr)
     while True:
-        if calls_op(expr, "relax.broadcast_to") and shapes_equal(dims_of(expr), dims_of(expr.args[0])):
+        if calls_op(expr, "relax.broadcast_to") and shapes_equal(dims_of(expr),
+                                                                 dims_of(expr.args[0])):
             expr = _peel(values, expr.args[0])
             continue
         if calls_op(expr, "relax.reshape"):

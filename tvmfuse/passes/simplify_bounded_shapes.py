@@ -5,11 +5,11 @@ transformers takes position ids as ``position_ids[:, :seq]`` of a buffer of
 ``max_position_embeddings``; with ``seq`` symbolic, torch.export types that ``Min(seq, 512)``
 and TVM's importer keeps it, in the slice and in the reshapes after it, so everything that adds
 the positions to a ``seq``-long tensor loses its shape (``R.Tensor(ndim=3)``) and no kernel after
-it can be scheduled for ``seq``. The function's ``tir_var_upper_bound`` (the range
-``torch.export`` was given: ``--max-seq``; and ``tir_var_lower_bound``) settles it: shape expressions are simplified under
-the bounds, a slice the bounds prove in bounds is marked ``assume_inbound`` (and its axes made
-non-negative: TVM's slice of a symbolic extent rejects axis -1, GPT-2's causal mask), and every
-binding after them is typed again.
+it can be scheduled for ``seq``. The function's ``tir_var_upper_bound`` and
+``tir_var_lower_bound`` (the range ``torch.export`` was given: ``--max-seq``) settle it: shape
+expressions are simplified under the bounds, a slice the bounds prove in bounds is marked
+``assume_inbound`` (and its axes made non-negative: TVM's slice of a symbolic extent rejects
+axis -1, GPT-2's causal mask), and every binding after them is typed again.
 
 Preconditions: bounded symbolic dimensions (``tir_var_upper_bound``); before LegalizeOps.
 """
