@@ -258,10 +258,8 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic,
 
 def _dynamic_axes(source, specs, dynamic, max_seq) -> list[dict[int, tuple[str, object]]]:
     """Per input, ``{axis: (name, torch.export.Dim)}`` of the ``dynamic`` dimensions it has."""
-    dims = {}
-    if "batch" in dynamic:
-        dims["batch"] = torch.export.Dim("batch", min=1)
-    axes = [{0: ("batch", dims["batch"])} if "batch" in dims else {} for _ in specs]
+    batch = torch.export.Dim("batch", min=1)
+    axes = [{0: ("batch", batch)} if "batch" in dynamic else {} for _ in specs]
     if "seq" in dynamic:
         ranked = [(i, s) for i, s in enumerate(specs) if len(s.shape) >= 2
                   and not np.issubdtype(np.dtype(s.dtype), np.floating)]

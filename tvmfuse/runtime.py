@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import TvmfuseError, one_line
-from .specs import TensorSpec
+from .specs import TensorSpec, symbolic_sizes
 from .targets import get_target
 
 LIBRARY = "model.so"
@@ -67,20 +67,13 @@ class Deployed:
                 f"the model takes {len(self.inputs)} input(s) "
                 f"({', '.join(s.name for s in self.inputs)}), {len(arrays)} given"
             )
-        sizes = {}
         for spec, array in zip(self.inputs, arrays):
             spec.check(array)
-            for want, got in zip(spec.shape, array.shape):
-                if not isinstance(want, str):
-                    continue
-                bound = self.manifest.get("bounds", {}).get(want)
-                if bound is not None and got > bound:
-                    raise TvmfuseError(f"input {spec.name!r} has {want} {got}; this build runs "
-                                       f"{want} up to {bound} (rebuild it with --max-{want} {got})")
-                if sizes.setdefault(want, (spec.name, got))[1] != got:
-                    other, size = sizes[want]
-                    raise TvmfuseError(f"inputs {other!r} and {spec.name!r} have {want} {size} "
-                                       f"and {got}; they share one {want}")
+        bounds = self.manifest.get("bounds", {})
+        for dim, (name, size) in symbolic_sizes(self.inputs, arrays).items():
+            if dim in bounds and size > bounds[dim]:
+                raise TvmfuseError(f"input {name!r} has {dim} {size}; this build runs {dim} up "
+                                   f"to {bounds[dim]} (rebuild it with --max-{dim} {size})")
 
     def runner(self, arrays: list[np.ndarray]):
         """A zero-argument callable running one blocking inference on ``arrays`` (for timing):

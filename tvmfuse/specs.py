@@ -72,6 +72,21 @@ def parse_shape(text: str) -> tuple[tuple[int, ...], str | None]:
     return shape, dtype or None
 
 
+def symbolic_sizes(specs, arrays) -> dict[str, tuple[str, int]]:
+    """Each symbolic dimension of ``specs`` -> (the first input that has it, its size in
+    ``arrays``); a TvmfuseError where two inputs give it different sizes."""
+    sizes = {}
+    for spec, array in zip(specs, arrays):
+        for want, got in zip(spec.shape, array.shape):
+            if not isinstance(want, str):
+                continue
+            other, size = sizes.setdefault(want, (spec.name, int(got)))
+            if size != got:
+                raise TvmfuseError(f"inputs {other!r} and {spec.name!r} have {want} {size} and "
+                                   f"{got}; they share one {want}")
+    return sizes
+
+
 def check_dynamic(dynamic, max_seq: int | None) -> None:
     """Raise a TvmfuseError when the ``--dynamic`` dimensions and ``--max-seq`` do not go
     together."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .errors import TvmfuseError
 from .runtime import Deployed
+from .specs import symbolic_sizes
 
 if TYPE_CHECKING:  # the deployment path (`tvmfuse run --check`) imports no frontend
     from .frontend import ImportedModel
@@ -67,7 +68,8 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
 def _input_sets(model: ImportedModel) -> list[tuple[str, list[np.ndarray]]]:
     """``(what, inputs)`` to check: the examples, then each symbolic dimension at other sizes
     (batch 2: the examples and their reverse; a sequence at a prime length and at its bound)."""
-    sizes = _example_sizes(model)
+    sizes = {dim: size for dim, (_, size) in symbolic_sizes(model.inputs,
+                                                           model.example_inputs).items()}
     sets = [(_describe(sizes), model.example_inputs)]
     if "batch" in sizes:
         sets.append((_describe({**sizes, "batch": 2 * sizes["batch"]}),
@@ -78,16 +80,6 @@ def _input_sets(model: ImportedModel) -> list[tuple[str, list[np.ndarray]]]:
             at = {**sizes, "seq": length}
             sets.append((_describe(at), model.inputs_at(at)))
     return sets
-
-
-def _example_sizes(model: ImportedModel) -> dict[str, int]:
-    """The size each symbolic dimension has in the example inputs."""
-    sizes = {}
-    for spec, array in zip(model.inputs, model.example_inputs):
-        for want, got in zip(spec.shape, array.shape):
-            if isinstance(want, str):
-                sizes.setdefault(want, int(got))
-    return sizes
 
 
 def _describe(sizes: dict[str, int]) -> str:

@@ -42,7 +42,7 @@ from tvmfuse.names import LAYOUT_FREE_BUFFERS, LAYOUT_REWRITE_PREPROC
 
 from ._tir import (
     Vector, inline_into_consumers, is_reduction, lanes_for, loops_match_iters, parallelize,
-    root_blocks, static_extent,
+    root_blocks, static_extent, static_int, uses,
 )
 
 
@@ -121,8 +121,7 @@ def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str]
     if anchor is None or not claims(sch.get(anchor).name_hint):
         return None
     blocks = root_blocks(sch)
-    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(sch.get(anchor)))
-    if block_anchor(sch, anchor, vector, epilogue=blocks[position + 1:],
+    if block_anchor(sch, anchor, vector, epilogue=blocks[_position(sch, anchor) + 1:],
                     inline_large_padding=inline_large_padding) is None:
         return None
     return sch
@@ -194,7 +193,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     epilogue = [c for c in sch.get_consumers(anchor) if _is_crop(sch, c)] + list(epilogue)
 
     blocks = root_blocks(sch)
-    position = next(i for i, b in enumerate(blocks) if sch.get(b).same_as(block))
+    position = _position(sch, anchor)
     pack_panels(sch, anchor, vector_axis[-1], tile.blocks * tile.lanes)
     for producer in blocks[:position]:
         if LAYOUT_REWRITE_PREPROC in sch.get(producer).annotations:
@@ -265,7 +264,7 @@ def _row_axes(sch: s_tir.Schedule, anchor) -> range | None:
     if len(spatial) < 3 or spatial != list(range(len(spatial))):
         return None
     regions = [r.region for r in (*block.reads, *block.writes)]
-    static = [_static_int(iv.dom.extent) for iv in iters]
+    static = [static_int(iv.dom.extent) for iv in iters]
     start = spatial[-2]
     if static[start] is None:
         return None
@@ -278,25 +277,20 @@ def _row_axes(sch: s_tir.Schedule, anchor) -> range | None:
     extents = static[run.start:run.stop]
     if math.prod(extents) == extents[-1]:
         return None  # the others are 1: nothing to merge
-    position = next(i for i, b in enumerate(root_blocks(sch)) if sch.get(b).same_as(block))
-    for later in root_blocks(sch)[position + 1:]:
+    for later in root_blocks(sch)[_position(sch, anchor) + 1:]:
         stmt = sch.get(later)
         if (is_reduction(sch, later) or not loops_match_iters(sch, later)
                 or len(stmt.iter_vars) != len(spatial)
-                or [_static_int(stmt.iter_vars[i].dom.extent) for i in run] != extents):
+                or [static_int(stmt.iter_vars[i].dom.extent) for i in run] != extents):
             return None
     return run
-
-
-def _static_int(expr) -> int | None:
-    return int(expr) if isinstance(expr, tirx.IntImm) else None
 
 
 def _plain_run(regions, axes: list) -> bool:
     """Each region indexes ``axes`` as consecutive plain dimensions in order, or none of them."""
     for region in regions:
         starts = [r.min for r in region]
-        used = [i for i, start in enumerate(starts) if any(_uses(start, a) for a in axes)]
+        used = [i for i, start in enumerate(starts) if any(uses(start, a) for a in axes)]
         if not used:
             continue
         first = used[0]
@@ -304,14 +298,6 @@ def _plain_run(regions, axes: list) -> bool:
                 starts[first + j].same_as(a) for j, a in enumerate(axes)):
             return False
     return True
-
-
-def _uses(expr, var: tirx.Var) -> bool:
-    if isinstance(expr, tirx.Var):
-        return expr.same_as(var)
-    return any(_uses(operand, var) for operand in (getattr(expr, "a", None),
-                                                   getattr(expr, "b", None))
-               if operand is not None)
 
 
 def _merge_rows(sch: s_tir.Schedule, anchor, run: range) -> None:
@@ -328,9 +314,7 @@ def _merge_rows(sch: s_tir.Schedule, anchor, run: range) -> None:
         return (*index[:run.start], flat, *index[run.stop:])
 
     params = list(sch.mod["main"].params)  # buffers, in TIRx
-    position = next(i for i, b in enumerate(root_blocks(sch))
-                    if sch.get(b).same_as(sch.get(anchor)))
-    for block in root_blocks(sch)[position:]:
+    for block in root_blocks(sch)[_position(sch, anchor):]:
         iters = len(sch.get(block).iter_vars)
         sch.transform_block_layout(block, tirx.IndexMap.from_func(merge, ndim=iters))
         for index, region in enumerate(sch.get(block).writes):
@@ -423,7 +407,7 @@ def _pad(sch: s_tir.Schedule, anchor, tile: Tile, *, columns: bool = False,
     padding = [1] * len(iters)
     if columns:
         padding[spatial[-1]] = tile.blocks * tile.lanes
-    extent = _static_int(iters[spatial[-2]].dom.extent) if len(spatial) > 1 else None
+    extent = static_int(iters[spatial[-2]].dom.extent) if len(spatial) > 1 else None
     if rows and len(spatial) > 1 and (extent is None or extent % rows):
         padding[spatial[-2]] = rows
     if all(p == 1 for p in padding):
@@ -448,6 +432,11 @@ def _pads_one_of(sch: s_tir.Schedule, block, params) -> bool:
     return (len(stmt.reads) == 1 and len(stmt.writes) == 1
             and stmt.writes[0].source.name == stmt.reads[0].source.name + "_pad"
             and any(stmt.reads[0].source.same_as(p) for p in params))
+
+
+def _position(sch: s_tir.Schedule, block) -> int:
+    """Where ``block`` is among the kernel's root blocks."""
+    return next(i for i, b in enumerate(root_blocks(sch)) if sch.get(b).same_as(sch.get(block)))
 
 
 def _feeds(sch: s_tir.Schedule, producer, consumer) -> bool:

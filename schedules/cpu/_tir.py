@@ -30,9 +30,18 @@ def is_reduction(sch: s_tir.Schedule, block) -> bool:
     return any(iv.iter_type != tirx.IterVar.DataPar for iv in sch.get(block).iter_vars)
 
 
+def static_int(expr) -> int | None:
+    """``expr`` as an int when it is a known integer, else None (a symbolic extent)."""
+    return int(expr) if isinstance(expr, tirx.IntImm) else None
+
+
 def static_extent(sch: s_tir.Schedule, loop) -> int | None:
-    extent = sch.get(loop).extent
-    return int(extent) if isinstance(extent, tirx.IntImm) else None
+    return static_int(sch.get(loop).extent)
+
+
+def uses(expr, var: tirx.Var) -> bool:
+    """The index expression ``expr`` reads the variable ``var``."""
+    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
 def lanes_for(extent: int | None, max_lanes: int) -> int:

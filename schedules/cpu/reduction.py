@@ -9,10 +9,11 @@ loops over the row are vectorized.
 
 from __future__ import annotations
 
-from tvm import s_tir, tirx
+from tvm import s_tir
 
 from ._tir import (
-    MIN_PARALLEL_ELEMENTS, CpuRule, is_reduction, root_blocks, static_extent, vectorize_inner,
+    MIN_PARALLEL_ELEMENTS, CpuRule, is_reduction, root_blocks, static_extent, uses,
+    vectorize_inner,
 )
 
 
@@ -95,10 +96,6 @@ def _reduces_rows(sch: s_tir.Schedule, blocks: list, row: int | None) -> bool:
         axis = stmt.iter_vars[-1].var
         for read in stmt.reads:
             indices = [r.min for r in read.region]
-            if any(_uses(index, axis) for index in indices[:-1]):
+            if any(uses(index, axis) for index in indices[:-1]):
                 return False
     return True
-
-
-def _uses(expr, var) -> bool:
-    return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))

@@ -58,14 +58,6 @@ def shapes_equal(a: list | None, b: list | None) -> bool:
         dims_equal(x, y) for x, y in zip(a, b))
 
 
-def product(dims: list):
-    """The product of dimensions (an int, or a ``PrimExpr`` when one is symbolic)."""
-    total = 1
-    for d in dims:
-        total = total * d
-    return total
-
-
 def static_shape(shape) -> list[int] | None:
     """The dimensions of a Relax shape when all are known integers, else None."""
     values = getattr(shape, "values", None)

@@ -11,11 +11,13 @@ folded where the shapes provably agree.
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
-from ._rewrite import dims_equal, dims_of, product, rewrite_functions, shapes_equal
+from ._rewrite import dims_equal, dims_of, rewrite_functions, shapes_equal
 
 
 @tvm.transform.module_pass(opt_level=0, name="FoldMatmulReshape")
@@ -34,14 +36,14 @@ class FoldMatmulReshape:
             if x_shape is None or w_shape is None or out_shape is None or len(w_shape) != 2:
                 return expr
             flat = dims_of(matches[matmul].args[0])
-            if (len(x_shape) < 3 or not shapes_equal(flat, [product(x_shape[:-1]), x_shape[-1]])
+            if (len(x_shape) < 3 or not shapes_equal(flat, [math.prod(x_shape[:-1]), x_shape[-1]])
                     or not shapes_equal(out_shape, [*x_shape[:-1], w_shape[1]])):
                 return expr
             call = matches[matmul]
             result = relax.Call(call.op, [matches[x], matches[weight]], call.attrs)
             if with_bias in matches:
                 b_shape = dims_of(matches[bias])
-                if b_shape is None or not dims_equal(product(b_shape), w_shape[1]):
+                if b_shape is None or not dims_equal(math.prod(b_shape), w_shape[1]):
                     return expr  # not a per-column bias: it may not broadcast the same way
                 result = relax.op.add(result, matches[bias])
             return result

@@ -25,6 +25,7 @@ Preconditions: after MergeParallelMatmul, before the fusion patterns and Legaliz
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ import tvm
 from tvm import relax
 
 from .. import names
-from ._rewrite import calls_op, dims_equal, dims_of, product, scalar_constant, shapes_equal
+from ._rewrite import calls_op, dims_equal, dims_of, scalar_constant, shapes_equal
 
 #: The fusion rule this pass implements, as the build report names it.
 RULE = "tvmfuse.fused_attention"
@@ -401,7 +402,7 @@ def _through_views(values, expr, keep_4d: bool = False):
         if calls_op(expr, "relax.reshape"):
             inner, outer = dims_of(expr.args[0]), dims_of(expr)
             if (inner is not None and outer is not None and shapes_equal(inner[-2:], outer[-2:])
-                    and dims_equal(product(inner), product(outer))
+                    and dims_equal(math.prod(inner), math.prod(outer))
                     and {len(inner), len(outer)} == {3, 4}
                     and not (keep_4d and len(outer) == 4)):
                 expr = _peel(values, expr.args[0])
