@@ -3,7 +3,7 @@ shapes: one small PyTorch module per point (a linear layer, an attention layer, 
 depthwise conv, a LayerNorm), built by tvmfuse untuned (``use_database=False``) and timed with
 ONNX Runtime in interleaved rounds by ``tvmfuse.bench`` (wall clock, medians).
 
-    .venv/bin/python benchmarks/shape_sweep.py [--families dense,attention,...] [--repeat N]
+    .venv/bin/python benchmarks/shape_sweep.py [--families dense,attention,...] [--repeat N] [--sizes 77,197]
                                                [--json benchmarks/shape-sweep.json]
 
 For every family it prints each point's GFLOP/s (GB/s for LayerNorm, which does no FMAs), and
@@ -80,6 +80,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--sizes", help="only these swept sizes (comma-separated); the JSON is "
+                                        "then not written")
     parser.add_argument("--json", type=Path, default=Path(__file__).parent / "shape-sweep.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -91,6 +93,8 @@ def main() -> int:
     for family in args.families.split(","):
         rows = []
         for label, size, module, inputs, nbytes in _points(family):
+            if args.sizes and str(size) not in args.sizes.split(","):
+                continue
             torch.manual_seed(0)
             model = api.import_torch(module.eval(), inputs, name=label)
             report = bench(model, target, ["tvmfuse", "onnxruntime"], options=options,
@@ -114,7 +118,8 @@ def main() -> int:
         if worst:
             print(f"{family}: best {best:.1f}; worst at a non-multiple size >= 64: "
                   f"{worst['point']} {worst['tvmfuse_rate'] / best:.0%} of best", flush=True)
-    args.json.write_text(json.dumps(results, indent=1) + "\n")
+    if not args.sizes:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

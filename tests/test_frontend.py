@@ -244,3 +244,26 @@ def test_corrupt_onnx_file_is_an_error(tmp_path):
     path.write_bytes(b"\x00not a protobuf at all")
     with pytest.raises(TvmfuseError, match="cannot read ONNX file"):
         import_model(str(path))
+
+
+class _SelfAttention(torch.nn.Module):
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads, self.qkv = heads, torch.nn.Linear(dim, 3 * dim)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = (t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, -1))
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_flop_count_includes_cpu_attention():
+    """PyTorch's counter has no formula for SDPA's CPU kernel: its two GEMMs were counted 0."""
+    from tvmfuse import api
+    from tvmfuse.frontend import count_flops
+
+    seq, dim = 50, 32
+    model = api.import_torch(_SelfAttention(dim).eval(), [torch.randn(1, seq, dim)])
+    projection = 2 * seq * dim * 3 * dim
+    assert count_flops(model) == projection + 2 * 2 * seq * seq * dim

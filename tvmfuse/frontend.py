@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import tvm
 from torch.utils import _pytree
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 from tvm.relax.frontend.torch import from_exported_program
@@ -378,14 +378,22 @@ def _legacy_empty(node) -> bool:
 
 def count_flops(model: ImportedModel) -> float | None:
     """Floating-point operations of one inference (an FMA counts 2), counted by PyTorch's
-    FlopCounterMode on the example inputs; None for models without a PyTorch module."""
+    FlopCounterMode on the example inputs; None for models without a PyTorch module.
+    FlopCounterMode has no formula for the kernel that ``scaled_dot_product_attention`` runs on
+    the CPU: without :func:`_cpu_attention_flops` a transformer's attention counted 0."""
     if model.torch_module is None:
         return None
 
-    counter = FlopCounterMode(display=False)
+    counter = FlopCounterMode(display=False, custom_mapping={
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_flops})
     with torch.no_grad(), counter:
         model.torch_module(*(torch.from_numpy(a) for a in model.example_inputs))
     return float(counter.get_total_flops()) or None
+
+
+def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs):
+    """PyTorch's own count for the fused attention kernels of other devices (both GEMMs)."""
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
 # --- ONNX ------------------------------------------------------------------------------------

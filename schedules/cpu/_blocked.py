@@ -61,10 +61,14 @@ def anchor_of(sch: s_tir.Schedule):
     return reductions[0] if len(reductions) == 1 else None
 
 
-#: How fast a tile of ``blocks`` column vectors runs relative to four, at the same number of
-#: accumulators (197x768x1000 padded to whole tiles on Zen 4: 4x4 220 GFLOP/s, 8x2 164, 16x1
-#: 131): fewer blocks broadcast more inputs per FMA.
-BLOCK_EFFICIENCY = {4: 1.0, 2: 0.8, 1: 0.6}
+#: How fast a tile of ``blocks`` column vectors runs relative to four, per accumulator
+#: (197x768x1000 padded to whole tiles on Zen 4: 4x4 220 GFLOP/s, 8x2 164, 16x1 131: fewer
+#: blocks broadcast more inputs per FMA). The odd widths fit narrow outputs; per accumulator
+#: and real column they ran at least as fast as 4x4 (Zen 4, 197 x 768 GEMMs, GFLOP/s of the
+#: real columns): 5x3 ran 48 / 144 columns at 185 / 180 where 4x4 over 64 / 192 ran 142 / 138;
+#: 3x5 ran 197 (240 wide) at 154 where 4x4 (256) ran 141, and 77 (80) at 170 where 8x2 (96)
+#: ran 130; 2x7 ran 100 (112) at 147 where 4x4 (128) ran 134.
+BLOCK_EFFICIENCY = {4: 1.0, 2: 0.8, 1: 0.6, 3: 1.0, 5: 1.05, 7: 1.02}
 
 
 def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
@@ -84,9 +88,11 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
         return None  # under four columns (a vector's worth) is not worth a tile
     budget = vector.registers // 2
     best = None
-    for blocks in (4, 2, 1):
+    for blocks in BLOCK_EFFICIENCY:
         if not pad and (cols_extent // lanes) % blocks:
             continue
+        if blocks % 2 and blocks > 1 and rows_extent is not None and rows_extent < budget // blocks:
+            continue  # an odd width only where the rows fill it: a GEMV pays its padding in bytes
         rows = min(budget // blocks, rows_extent or budget)  # symbolic rows: a full tile
         if rows * blocks + blocks + 1 > vector.registers:
             continue

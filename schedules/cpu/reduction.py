@@ -37,7 +37,7 @@ def schedule_rows(sch: s_tir.Schedule, blocks: list, lanes: int) -> bool:
         return False
     loops = sch.get_loops(blocks[-1])
     row = static_extent(sch, loops[-1])
-    if len(loops) < 2 or not _reduces_rows(sch, blocks, row):
+    if len(loops) < 2 or not _reduces_rows(sch, blocks, row, lanes):
         return False
     # partial results first: rfactor refuses a block that compute_at has moved
     partials = [p for p in (_vector_partials(sch, b, lanes) for b in blocks
@@ -67,35 +67,54 @@ def _vector_partials(sch: s_tir.Schedule, block, lanes: int):
     """Split the row reduction ``block`` into ``lanes`` partial results (``rfactor``), to be
     computed one vector operation a step, then reduced across the lanes: a serial chain of 768
     scalar adds (LayerNorm's mean, then its variance) took 0.16 ms per 197-row LayerNorm on
-    Zen 4. Returns the partial-results block, or None where ``lanes`` does not divide the row
-    or the reduction is not one ``rfactor`` takes."""
+    Zen 4. A reduction already written as steps of one vector (``tvmfuse.strategy.whole_vectors``:
+    rows that ``lanes`` does not divide) takes its lanes as the partial results. Returns the
+    partial-results block, or None where ``lanes`` does not divide the row or the reduction is
+    not one ``rfactor`` takes."""
     loop = sch.get_loops(block)[-1]
     row = static_extent(sch, loop)
-    if row is None or row % lanes or row < 2 * lanes:
-        return None
     try:
-        _, inner = sch.split(loop, [None, lanes])
+        if _in_vectors(sch, block, lanes):
+            inner = loop
+        elif row is None or row % lanes or row < 2 * lanes:
+            return None
+        else:
+            _, inner = sch.split(loop, [None, lanes])
         return sch.rfactor(inner, factor_axis=len(sch.get(block).writes[0].region))
     except s_tir.ScheduleError:
         return None
 
 
-def _reduces_rows(sch: s_tir.Schedule, blocks: list, row: int | None) -> bool:
-    """Every reduction runs along its innermost loop over a whole output row, and reads what it
-    reduces along that innermost axis only (a matmul's reduction over K reads ``B[k, j]``, even
-    where K happens to equal the row's length)."""
+def _in_vectors(sch: s_tir.Schedule, block, lanes: int) -> bool:
+    """``block`` reduces over two axes, steps and the ``lanes`` of one vector (innermost)."""
+    kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
+    return (len(kinds) >= 3 and kinds[-1] == kinds[-2] != kinds[0]
+            and kinds.count(kinds[-1]) == 2
+            and static_extent(sch, sch.get_loops(block)[-1]) == lanes)
+
+
+def _reduces_rows(sch: s_tir.Schedule, blocks: list, row: int | None, lanes: int) -> bool:
+    """Every reduction runs along its innermost loop over a whole output row (or along its two
+    innermost, steps of one vector over the row rounded up to whole vectors:
+    ``tvmfuse.strategy.whole_vectors``), and reads what it reduces along that innermost axis
+    only (a matmul's reduction over K reads ``B[k, j]``, even where K happens to equal the
+    row's length)."""
     for block in blocks:
         if not is_reduction(sch, block):
             continue
         stmt = sch.get(block)
         kinds = [iv.iter_type for iv in stmt.iter_vars]
-        if kinds.count(kinds[-1]) != 1 or kinds[-1] == kinds[0]:
-            return False  # not exactly one reduction axis, innermost
-        if static_extent(sch, sch.get_loops(block)[-1]) != row:
-            return False
-        axis = stmt.iter_vars[-1].var
+        extents = [static_extent(sch, loop) for loop in sch.get_loops(block)]
+        if _in_vectors(sch, block, lanes):
+            axes = [iv.var for iv in stmt.iter_vars[-2:]]
+            if row is None or extents[-2] != -(-row // lanes):
+                return False
+        elif kinds.count(kinds[-1]) != 1 or kinds[-1] == kinds[0] or extents[-1] != row:
+            return False  # not exactly one reduction axis, innermost, along the row
+        else:
+            axes = [stmt.iter_vars[-1].var]
         for read in stmt.reads:
             indices = [r.min for r in read.region]
-            if any(uses(index, axis) for index in indices[:-1]):
+            if any(uses(index, axis) for index in indices[:-1] for axis in axes):
                 return False
     return True

@@ -3,6 +3,8 @@ them, the instructions it gets from LLVM, and the numbers against PyTorch."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -21,10 +23,11 @@ VECTOR = AVX512.vector
 rng = np.random.default_rng(0)
 
 
-def _kernel(inputs, body) -> tirx.PrimFunc:
-    """The one fused PrimFunc that LegalizeOps + FuseOps + FuseTIR make of ``body``."""
+def _kernel(inputs, body, legalize=None) -> tirx.PrimFunc:
+    """The one fused PrimFunc that LegalizeOps (with ``legalize``'s overrides) + FuseOps +
+    FuseTIR make of ``body``."""
     with AVX512.tvm_target():
-        mod = relax.transform.LegalizeOps()(relax_main(dict(inputs), body))
+        mod = relax.transform.LegalizeOps(legalize)(relax_main(dict(inputs), body))
         mod = relax.transform.AnnotateTIROpPattern()(mod)
         mod = relax.transform.FuseOps()(mod)
         mod = relax.transform.FuseTIR()(mod)
@@ -243,6 +246,56 @@ def test_softmax_and_layer_norm_one_row_per_thread():
         assert cpu.RowReduction(VECTOR).apply(matmul, None, False) is None
 
 
+ROW_OPS = {
+    "layer_norm": (lambda bb, x, w, b: relax.op.nn.layer_norm(x, w, b, axes=[-1]),
+                   lambda x, w, b: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)),
+    "rms_norm": (lambda bb, x, w, b: relax.op.nn.rms_norm(x, w, axes=[-1]),
+                 lambda x, w, b: torch.nn.functional.rms_norm(x, x.shape[-1:], w, eps=1e-5)),
+    "softmax": (lambda bb, x, w, b: relax.op.nn.softmax(x),
+                lambda x, w, b: torch.softmax(x, -1)),
+}
+
+
+@pytest.mark.parametrize("op", ROW_OPS)
+@pytest.mark.parametrize("n", [33, 77, 197, 1000])
+def test_row_reductions_keep_whole_vectors_where_the_row_is_not_a_multiple(op, n):
+    """Rows of 77 or 1000 are reduced 16 lanes a step like rows of 768 (the last vector the
+    row's last 16 elements, lanes counted already weighing nothing), the output written in
+    whole vectors and a scalar tail; numbers against PyTorch, rows offset so that reading past
+    one would read the next."""
+    from tvmfuse.strategy import whole_vectors
+
+    body, reference = ROW_OPS[op]
+    x = (rng.standard_normal((3, 7, n)) * 3 + np.arange(21).reshape(3, 7, 1)).astype("float32")
+    w, b = (rng.standard_normal(n).astype("float32") for _ in range(2))
+    func = _kernel([("x", x.shape), ("w", (n,)), ("b", (n,))], body,
+                   whole_vectors.legalizations(VECTOR.lanes))
+    sch = cpu.RowReduction(VECTOR).apply(func, None, False)
+    assert sch is not None
+    partials = [blk.name_hint for blk in _blocks(sch) if blk.name_hint.endswith("_rf_update")]
+    assert len(partials) == (2 if op != "rms_norm" else 1)
+    for name in partials:  # whole vectors, the padded row's steps around them
+        assert _kinds(sch, name)[-1] == "VECTORIZED" and _extents(sch, name)[-2:] == [
+            -(-n // 16), 16]
+    # the output in whole vectors, then the rest of the row one element at a time
+    output = func.params[-1].name  # the block that writes it has its name
+    whole, tail = re.findall(rf'T.sblock\("({output}_\w+[01])"\)', sch.mod.script())
+    assert _kinds(sch, whole)[-1] == "VECTORIZED" and _extents(sch, whole)[-1] == 16
+    assert _kinds(sch, tail)[-1] == "SERIAL" and _extents(sch, tail)[-1] == n % 16
+    want = reference(*(torch.from_numpy(a) for a in (x, w, b))).numpy()
+    _close(_run(sch, [x, w, b] if op == "layer_norm" else [x, w] if op == "rms_norm" else [x],
+                x.shape), want)
+
+
+def test_rows_the_vector_divides_keep_tvm_legalization():
+    from tvmfuse.strategy import whole_vectors
+
+    body, _ = ROW_OPS["layer_norm"]
+    inputs = [("x", (4, 64)), ("w", (64,)), ("b", (64,))]
+    ours = _kernel(inputs, body, whole_vectors.legalizations(VECTOR.lanes))
+    tvm.ir.assert_structural_equal(ours, _kernel(inputs, body))
+
+
 class LinearAddNorm(torch.nn.Module):
     """BERT's attention output: LayerNorm(x @ W + b + residual)."""
 
@@ -312,7 +365,8 @@ def test_dense_keeps_full_vectors_and_its_tile_at_awkward_sizes(m, k, n):
     assert sch is not None
     rows, blocks, lanes = _extents(sch, "matmul_update")[-3:]
     assert lanes == 16
-    assert rows * blocks >= min(16, m * blocks) and rows <= m  # accumulators of the 4x4/8x2
+    # as many accumulators as the tile's width leaves room for (4x4, 3x5, 2x7), at most m rows
+    assert rows == min(16 // blocks, m)
     assert len(_packing(sch)) == 1  # the weight, padded or not, packed at build time
     x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
     _close(_run(sch, [x, w, b], (1, m, n)), np.maximum(x @ w + b, 0))

@@ -14,6 +14,7 @@ from ..passes import ApplyScheduleRules, DecomposeClip, NormalizeSqueezeAxes, Wi
 from ..rules import Rule
 from ..schedules import cpu
 from ..schedules.cpu.attention import attention_kernel
+from . import whole_vectors
 from .base import Strategy
 
 
@@ -49,6 +50,8 @@ class CpuStrategy(Strategy):
             overrides["relax.sigmoid"] = _float32_te(lambda x: tirx.const(1.0, "float32") / (
                 tirx.const(1.0, "float32") + topi.fast_exp(-x)), "tir_sigmoid")
             overrides["relax.nn.gelu_tanh"] = _float32_te(_gelu_tanh, "gelu_tanh")  # GPT-2's
+        if rules["whole_vector_rows"].enabled:
+            overrides.update(whole_vectors.legalizations(self.target.vector.lanes))
         return overrides
 
     def scheduler(self) -> ApplyScheduleRules:
