@@ -118,7 +118,10 @@ def main() -> int:
         if worst:
             print(f"{family}: best {best:.1f}; worst at a non-multiple size >= 64: "
                   f"{worst['point']} {worst['tvmfuse_rate'] / best:.0%} of best", flush=True)
-    if not args.sizes:
+    if not args.sizes:  # the families not run keep their last results
+        if args.json.exists():
+            results["families"] = {**json.loads(args.json.read_text())["families"],
+                                   **results["families"]}
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
