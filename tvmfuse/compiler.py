@@ -204,7 +204,7 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
     start = time.perf_counter()
     try:
         lowered, analysis = analyze(model, target, options, until=None)
-        executable = tvm.compile(lowered, target=target.tvm_target(), relax_pipeline=None)
+        executable = pipeline.lower(lowered, target)
     except CompileError as err:
         raise TvmfuseError(f"TVM failed to compile {model.source} for {target.name}: {err}") \
             from err

@@ -208,9 +208,17 @@ def _group_builder(target: TargetSpec, options: PipelineOptions):
         for phase in phases(target, replace(options, verify_fusion=False)):
             if phase.on_kernels:
                 mod = phase.transform(mod)
-        return tvm.compile(mod, target=target.tvm_target(), relax_pipeline=None)
+        return lower(mod, target)
 
     return build
+
+
+def lower(mod: tvm.IRModule, target: TargetSpec):
+    """Compile the scheduled ``mod`` for ``target`` (TIR lowering and codegen, under the
+    options of its strategy)."""
+    config = strategy.for_target(target).lowering_config()
+    with tvm.transform.PassContext(opt_level=3, config=config):
+        return tvm.compile(mod, target=target.tvm_target(), relax_pipeline=None)
 
 
 def _device_here(target: TargetSpec):

@@ -33,6 +33,10 @@ class Strategy:
         :class:`tvmfuse.passes.FuseAttention`), or None where there is none."""
         return None
 
+    def lowering_config(self) -> dict:
+        """PassContext options for lowering the scheduled kernels (``tvm.compile``)."""
+        return {}
+
     def prepacks_weights(self, rules: dict[str, Rule]) -> bool:
         """Whether schedules choose the layout of constant weights (packed at build time)."""
         return False

@@ -1,5 +1,5 @@
-"""The CUDA strategy: NCHW layouts as imported, dlight's GPU rules for the schedules, and
-tvmfuse's attention kernel (``schedules/cuda/``)."""
+"""The CUDA strategy: NCHW layouts as imported, tvmfuse's tensor-core GEMM for fp16 matmuls and
+its attention kernel (``schedules/cuda/``), dlight's GPU rules for the other kernels."""
 
 from __future__ import annotations
 
@@ -7,17 +7,23 @@ from tvm.s_tir import dlight as dl
 
 from ..passes import ApplyScheduleRules
 from ..schedules.cuda.attention import attention_kernel
+from ..schedules.cuda.matmul import TensorCoreMatmul
 from .base import Strategy
 
 
 class CudaStrategy(Strategy):
     def scheduler(self) -> ApplyScheduleRules:
-        """dlight's rules, and Fallback for kernels whose reductions are tiny (see
-        ApplyScheduleRules)."""
+        """fp16 matmuls on tensor cores (``schedules/cuda/matmul.py``), then dlight's rules,
+        and Fallback for kernels whose reductions are tiny (see ApplyScheduleRules)."""
         return ApplyScheduleRules(
-            [dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-             dl.gpu.Fallback()],
+            [TensorCoreMatmul("float16"), dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+             dl.gpu.GeneralReduction(), dl.gpu.Fallback()],
             small_reduction_rules=[dl.gpu.Fallback()])
+
+    def lowering_config(self) -> dict:
+        """Copies that the schedules pipeline (``software_pipeline_async_stages``) as cp.async:
+        TVM emits it only under this option."""
+        return {"tirx.use_async_copy": True}
 
     def attention_kernel(self):
         return attention_kernel

@@ -1,0 +1,133 @@
+"""fp16 GEMMs on the GPU host: tvmfuse's tensor-core schedule (``schedules/cuda/matmul.py``)
+against dlight's default for the same kernel and ``torch.matmul``, at 4096^3 and at BERT-base's
+and ResNet-50's GEMM shapes (and sizes no tile divides). Each kernel is ``out = fp16(A @ B +
+bias)``, fp16 operands, float32 accumulation; every result is checked against float32 NumPy.
+
+    python3 benchmarks/cuda_gemm.py [--shapes M,N,K;...] [--json benchmarks/cuda-gemm.json]
+
+Times are CUDA-event medians (``triton.testing.do_bench`` where torch runs, TVM's
+``time_evaluator`` for ours); TFLOP/s count 2 M N K. Run on a machine with an NVIDIA GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm import te
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tvmfuse.schedules.cuda.matmul import TensorCoreMatmul, choose_tile  # noqa: E402
+from tvm.s_tir import dlight as dl  # noqa: E402
+
+#: (label, M, N, K): BERT-base's GEMMs at batch 1 and 32 (seq 128), ResNet-50's 1x1 convs as
+#: GEMMs at batch 32 (56x56 and 7x7 maps), its classifier, and sizes no tile divides.
+SHAPES = (
+    ("square 4096", 4096, 4096, 4096),
+    ("BERT b32 QKV", 4096, 2304, 768),
+    ("BERT b32 out", 4096, 768, 768),
+    ("BERT b32 FFN1", 4096, 3072, 768),
+    ("BERT b32 FFN2", 4096, 768, 3072),
+    ("BERT b1 QKV", 128, 2304, 768),
+    ("BERT b1 FFN1", 128, 3072, 768),
+    ("BERT b1 FFN2", 128, 768, 3072),
+    ("ResNet b32 1x1 56x56 64->256", 100352, 256, 64),
+    ("ResNet b32 1x1 7x7 2048->512", 1568, 512, 2048),
+    ("ResNet classifier b32", 32, 1000, 2048),
+    ("ViT 197 tokens", 197, 768, 768),
+    ("odd 1000^3", 1000, 1000, 1000),
+    ("odd 77x100x33", 77, 100, 33),
+)
+
+TARGET = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
+          "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
+          "registers_per_block": 65536}
+
+
+def gemm_bias(m: int, n: int, k: int):
+    """The kernel as tvmfuse's fp16 builds legalize a linear layer: fp32 products summed,
+    the bias added, the result cast to fp16."""
+    a = te.placeholder((m, k), "float16", name="A")
+    b = te.placeholder((k, n), "float16", name="B")
+    bias = te.placeholder((n,), "float16", name="bias")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(
+        a[i, r].astype("float32") * b[r, j].astype("float32"), axis=r), name="matmul")
+    out = te.compute((m, n), lambda i, j: (c[i, j] + bias[j].astype("float32")).astype(
+        "float16"), name="T_add")
+    return te.create_prim_func([a, b, bias, out])
+
+
+def build(func, target, ours: bool):
+    if ours:
+        sch = TensorCoreMatmul().apply(func, target, False)
+        if sch is None:
+            return None
+        mod = sch.mod
+    else:
+        with target:
+            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Fallback())(
+                tvm.IRModule({"main": func}))
+    with target, tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
+        return tvm.compile(tvm.IRModule({"main": mod["main"].with_attr("global_symbol", "main")}),
+                           target=target)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", help="M,N,K;M,N,K... instead of the default list")
+    parser.add_argument("--json", type=Path,
+                        default=Path(__file__).resolve().parent / "cuda-gemm.json")
+    args = parser.parse_args()
+    import torch  # noqa: PLC0415 - on the GPU host
+    from triton.testing import do_bench  # noqa: PLC0415
+
+    shapes = SHAPES if not args.shapes else [
+        (s, *map(int, s.split(","))) for s in args.shapes.split(";")]
+    target = tvm.target.Target(TARGET)
+    dev = tvm.cuda(0)
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, m, n, k in shapes:
+        a, b = (rng.standard_normal(s).astype("float16") for s in ((m, k), (k, n)))
+        bias = rng.standard_normal(n).astype("float16")
+        want = a.astype("float32") @ b.astype("float32") + bias.astype("float32")
+        row = {"shape": label, "m": m, "n": n, "k": k, "tile": str(choose_tile(1, m, n, k))}
+        for name, ours in (("tvmfuse", True), ("dlight", False)):
+            lib = build(gemm_bias(m, n, k), target, ours)
+            if lib is None:
+                row[name] = None
+                continue
+            tensors = [tvm.runtime.tensor(x, dev) for x in (a, b, bias)]
+            out = tvm.runtime.tensor(np.zeros((m, n), "float16"), dev)
+            lib["main"](*tensors, out)
+            got = out.numpy().astype("float32")
+            timer = lib.mod.time_evaluator("main", dev, number=20, repeat=10)
+            ms = float(np.median(timer(*tensors, out).results)) * 1e3
+            row[name] = {"ms": ms, "tflops": 2 * m * n * k / ms / 1e9,
+                         "rel_err": float(np.linalg.norm(got - want) / np.linalg.norm(want))}
+        ta, tb, tbias = (torch.from_numpy(x).cuda() for x in (a, b, bias))
+        ms = do_bench(lambda: torch.addmm(tbias, ta, tb), warmup=25, rep=200,
+                      return_mode="median")
+        got = torch.addmm(tbias, ta, tb).float().cpu().numpy()
+        row["torch"] = {"ms": ms, "tflops": 2 * m * n * k / ms / 1e9,
+                        "rel_err": float(np.linalg.norm(got - want) / np.linalg.norm(want))}
+        rows.append(row)
+
+        def fmt(r):
+            return f"{r['ms']:8.4f} ms {r['tflops']:6.1f} TF/s err {r['rel_err']:.1e}" if r else \
+                "         -"
+        print(f"{label:30s} {m}x{n}x{k} {row['tile']}\n  tvmfuse {fmt(row['tvmfuse'])}\n"
+              f"  dlight  {fmt(row['dlight'])}\n  torch   {fmt(row['torch'])}", flush=True)
+    args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
+                                    indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

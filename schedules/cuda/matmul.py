@@ -1,0 +1,269 @@
+"""GEMMs and batched GEMMs on tensor cores: ``mma.sync`` m16n8k16 from ``ldmatrix``-loaded
+shared memory, a multi-stage ``cp.async`` pipeline, register-blocked warp tiles, and the fused
+epilogue applied on the way out.
+
+A kernel whose one reduction is a matmul of ``in_dtype`` operands (any batch, any layout of its
+operands: TVM's ``reindex`` and dlight's index maps bring it to ``C[s, i, j] += A[s, i, k] *
+B[s, j, k]``) is scheduled as
+
+- a thread block per ``block_m x block_n`` output tile (:class:`MmaTile`, chosen per shape by
+  :func:`choose_tile`), ``warps_m x warps_n`` warps each owning ``frag_m x frag_n`` fragments of
+  16 x 16 accumulators in registers;
+- ``chunk_k x 16`` columns of K a step: A's and B's tiles copied to shared memory 16 bytes a
+  thread with ``cp.async`` (``software_pipeline_async_stages``), ``stages`` steps in flight, rows
+  padded by 8 halves so that ``ldmatrix`` reads of eight rows hit eight different banks;
+- fragments loaded with ``ldmatrix`` (double-buffered against the ``mma``s), accumulated in
+  ``accumulator`` precision (float32 unless the kernel itself accumulates in float16);
+- the accumulators stored to shared memory, then the epilogue (bias, activation, residual,
+  cast: the kernel's later blocks, inlined) applied as each thread writes 16 bytes to global.
+
+Sizes need not be multiples of the tile: ``pad_einsum`` pads M, N and K to whole tiles in the
+loads (reading zeros, ``cp.async`` with a zero-fill predicate) and the stores are predicated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
+from tvm.s_tir.dlight.gpu.matmul import (
+    auto_inline_consumer_chain, auto_inline_producers, get_index_map, get_reduction_blocks,
+)
+from ..cpu._tir import uses
+
+#: The name a kernel of this file reports as its implementation.
+NAME = "cuda.mma_matmul"
+
+#: One mma fragment of the intrinsics used: 16 x 16 outputs, 16 of K.
+FRAGMENT = 16
+WARP = 32
+_BYTES = {"float16": 2, "bfloat16": 2, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+@dataclass(frozen=True)
+class MmaTile:
+    """A thread block's work: ``warps_m x warps_n`` warps, each ``frag_m x frag_n`` fragments of
+    16 x 16; ``chunk_k`` fragments of K per pipeline step, ``stages`` steps in flight."""
+
+    warps_m: int
+    warps_n: int
+    frag_m: int
+    frag_n: int
+    chunk_k: int = 2
+    stages: int = 3
+
+    @property
+    def block_m(self) -> int:
+        return self.warps_m * self.frag_m * FRAGMENT
+
+    @property
+    def block_n(self) -> int:
+        return self.warps_n * self.frag_n * FRAGMENT
+
+    @property
+    def block_k(self) -> int:
+        return self.chunk_k * FRAGMENT
+
+    @property
+    def warps(self) -> int:
+        return self.warps_m * self.warps_n
+
+    def shared_bytes(self, in_bytes: int = 2) -> int:
+        """Shared memory of the pipeline's A and B tiles (rows padded by 8 elements)."""
+        row = self.block_k + 8
+        return self.stages * (self.block_m + self.block_n) * row * in_bytes
+
+
+#: The tiles tried, largest first: 128 x 128 with 4 warps of 64 x 64 (the per-warp tile that
+#: feeds mma best), down to 32 x 32 blocks for small or batch-1 GEMMs, where a large tile would
+#: leave most of the GPU's SMs idle.
+TILES = (
+    MmaTile(2, 2, 4, 4),
+    MmaTile(2, 2, 4, 2),
+    MmaTile(2, 2, 2, 4),
+    MmaTile(2, 2, 2, 2),
+    MmaTile(2, 2, 1, 2),
+    MmaTile(2, 2, 1, 1),
+)
+
+
+def choose_tile(batch: int | None, m: int | None, n: int | None, k: int | None,
+                sms: int = 132) -> MmaTile:
+    """The tile for a ``batch x m x n`` output: the largest whose blocks fill the GPU's ``sms``
+    (at least one block each), scored by the share of padded work it leaves; symbolic sizes
+    take the largest tile."""
+    if None in (batch, m, n):
+        return TILES[0]
+
+    def score(tile: MmaTile) -> float:
+        blocks = batch * -(-m // tile.block_m) * -(-n // tile.block_n)
+        useful = m * n / (-(-m // tile.block_m) * tile.block_m * -(-n // tile.block_n)
+                          * tile.block_n)
+        waves = blocks / sms
+        filled = waves / math.ceil(waves)  # the last wave's idle SMs
+        # larger tiles reuse each loaded element more: per-element traffic ~ 1/m + 1/n
+        reuse = 1 / (1 / tile.block_m + 1 / tile.block_n) / 64
+        return useful * filled * min(reuse, 1.0) ** 0.5
+
+    return max(TILES, key=score)
+
+
+class TensorCoreMatmul(GPUScheduleRule):
+    """The schedule rule: takes a kernel whose one reduction is a matmul of ``in_dtype``
+    operands; ``tile`` forces one tile (tests, tuning), else :func:`choose_tile` picks."""
+
+    name = NAME
+
+    def __init__(self, in_dtype: str = "float16", tile: MmaTile | None = None):
+        self.in_dtype, self.tile = in_dtype, tile
+
+    def apply(self, func: tirx.PrimFunc, target, _tunable: bool) -> s_tir.Schedule | None:
+        if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
+            return None
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        reductions = get_reduction_blocks(sch, blocks)
+        if reductions is None or len(reductions) != 1:
+            return None
+        main = reductions[0]
+        stmt = sch.get(main)
+        if len(stmt.reads) != 2 or any(str(r.source.dtype) != self.in_dtype for r in stmt.reads):
+            return None
+        accumulator = str(stmt.writes[0].source.dtype)
+        if accumulator not in ("float32", "float16") or get_index_map(stmt) is None:
+            return None
+        try:
+            return _schedule(sch, main, self.in_dtype, accumulator, self.tile, target)
+        except (s_tir.ScheduleError, tvm.error.InternalError):
+            return None  # a layout the intrinsics do not match
+
+
+def _extent(expr) -> int | None:
+    return int(expr) if isinstance(expr, tirx.IntImm) else None
+
+
+def _schedule(sch: s_tir.Schedule, main, in_dtype: str, accumulator: str, tile: MmaTile | None,
+              target) -> s_tir.Schedule:
+    # TVM registers every CUDA intrinsic when this module is imported: about a minute on 2 cores
+    from tvm.s_tir.tensor_intrin.cuda import (  # noqa: PLC0415
+        get_mma_intrin_group, shared_16x16_to_ldmatrix_32x8_layout,
+    )
+
+    # 1. C[s, i, j] += A[s, i, k] * B[s, k, j], or B[s, j, k] where K is B's contiguous axis
+    #    (a weight as torch stores it): the copies to shared memory read 16 contiguous bytes
+    stmt = sch.get(main)
+    reduction = [iv.var for iv in stmt.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
+    trans_b = any(uses(stmt.reads[1].region[-1].min, var) for var in reduction)
+    if not any(uses(stmt.reads[0].region[-1].min, var) for var in reduction):
+        return None  # A stored K-major (transposed): not a layout the loads below take
+    matmul_map, a_map, b_map, c_map = get_index_map(stmt)
+    a_copy = sch.reindex(main, ("read", 0))
+    b_copy = sch.reindex(main, ("read", 1))
+    c_copy = sch.reindex(main, ("write", 0))
+    sch.transform_layout(a_copy, ("write", 0), a_map)
+    sch.transform_layout(b_copy, ("write", 0), b_map)
+    if not trans_b:
+        sch.transform_layout(b_copy, ("write", 0), lambda s, j, k: (s, k, j))
+    sch.transform_layout(c_copy, ("read", 0), c_map)
+    sch.transform_block_layout(main, matmul_map)
+    batch, m, n, k = (_extent(sch.get(loop).extent) for loop in sch.get_loops(main))
+    if tile is None:
+        sms = int(target.attrs.get("multi_processor_count", 132)) if target is not None else 132
+        tile = choose_tile(batch, m, n, k, sms)
+    # 2. whole tiles: zeros read past M, N and K, outputs past M and N not stored
+    sch.pad_einsum(main, [1, tile.block_m, tile.block_n, tile.block_k])
+
+    # 3. fragments, warps, blocks
+    b_loop, i, j, kk = sch.get_loops(main)
+    i, i_frag = sch.split(i, [None, FRAGMENT])
+    j, j_frag = sch.split(j, [None, FRAGMENT])
+    kk, k_frag = sch.split(kk, [None, FRAGMENT])
+    sch.reorder(i, j, kk, i_frag, j_frag, k_frag)
+    inner = main
+    outer = sch.blockize(i_frag)
+    i0, i1, i2 = sch.split(i, [None, tile.warps_m, tile.frag_m])
+    j0, j1, j2 = sch.split(j, [None, tile.warps_n, tile.frag_n])
+    k0, k1 = sch.split(kk, [None, tile.chunk_k])
+    sch.reorder(i0, j0, i1, j1, k0, k1, i2, j2)
+    sch.bind(b_loop, "blockIdx.z")
+    sch.bind(sch.fuse(i0, j0), "blockIdx.x")
+    warp = sch.fuse(i1, j1)
+    sch.bind(warp, "threadIdx.y")
+
+    # 4. global -> shared, 16 bytes a thread, pipelined
+    vector = 16 // _BYTES[in_dtype]
+
+    def to_shared(index: int):
+        copy = sch.cache_read(outer, index, "shared.dyn")
+        sch.compute_at(copy, k0)
+        fused = sch.fuse(*sch.get_loops(copy)[-2:])
+        _, ty, tx, lanes = sch.split(fused, [None, tile.warps, WARP, vector])
+        sch.bind(ty, "threadIdx.y")
+        sch.bind(tx, "threadIdx.x")
+        sch.vectorize(lanes)
+        sch.storage_align(copy, 0, axis=-2, factor=32, offset=8)
+        return copy
+
+    a_shared, b_shared = to_shared(0), to_shared(1)
+    auto_inline_producers(sch, a_shared)
+    auto_inline_producers(sch, b_shared)
+
+    # 5. shared -> registers (ldmatrix), the accumulators in registers (warp scope)
+    a_frag = sch.cache_read(outer, 0, "warp")
+    b_frag = sch.cache_read(outer, 1, "warp")
+    sch.compute_at(a_frag, k1)
+    sch.compute_at(b_frag, k1)
+    to_global = sch.cache_write(outer, 0, "shared.dyn")
+    sch.storage_align(to_global, 0, axis=-2, factor=32, offset=4)
+    acc = sch.cache_write(outer, 0, "warp")
+    sch.reverse_compute_at(acc, warp)
+    sch.reverse_compute_at(to_global, warp)
+
+    def fragments(block):
+        """Tile the block's last two loops into 16 x 16 fragments; the inner pair's first loop."""
+        r, c = sch.get_loops(block)[-2:]
+        r0, r1 = sch.split(r, [None, FRAGMENT])
+        c0, c1 = sch.split(c, [None, FRAGMENT])
+        sch.reorder(r0, c0, r1, c1)
+        return r1
+
+    a_load, b_load, store = fragments(a_frag), fragments(b_frag), fragments(acc)
+
+    def layout(*index):
+        *rest, row, col = index
+        return (*rest, row // FRAGMENT, col // FRAGMENT,
+                *shared_16x16_to_ldmatrix_32x8_layout(row % FRAGMENT, col % FRAGMENT))
+
+    sch.transform_layout(a_frag, ("write", 0), layout)
+    sch.transform_layout(b_frag, ("write", 0), layout)
+    sch.transform_layout(acc, ("read", 0), layout)
+    init = sch.decompose_reduction(outer, k0)
+    intrinsics = get_mma_intrin_group(load_scope="shared.dyn", store_scope="shared.dyn",
+                                      in_dtype=in_dtype, out_dtype=accumulator, trans_a=False,
+                                      trans_b=trans_b)
+    sch.tensorize(a_load, intrinsics["load_a"])
+    sch.tensorize(b_load, intrinsics["load_b"])
+    sch.tensorize(sch.get_loops(inner)[-3], intrinsics["compute"])
+    sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], intrinsics["init"])
+    sch.tensorize(store, intrinsics["store"])
+
+    # 6. the epilogue on the way out: 16 bytes of the output dtype a thread
+    auto_inline_consumer_chain(sch, to_global)
+    fused = sch.fuse(*sch.get_loops(to_global)[-2:])
+    _, tx, lanes = sch.split(fused, [None, WARP, 4])
+    sch.bind(tx, "threadIdx.x")
+    sch.vectorize(lanes)
+
+    # 7. the pipeline: fragments of the next k1 step loaded while this one's mma run (that loop
+    #    is pipelined first: its prologue, body and epilogue are three statements of k0's body),
+    #    and `stages` K steps of copies in flight (cp.async)
+    last = tile.stages - 1
+    sch.annotate(k0, "software_pipeline_stage", [0, 0, last, last, last])
+    sch.annotate(k0, "software_pipeline_order", [0, 1, 2, 3, 4])
+    sch.annotate(k0, "software_pipeline_async_stages", [0])
+    sch.annotate(k1, "software_pipeline_stage", [0, 0, 1])
+    sch.annotate(k1, "software_pipeline_order", [0, 1, 2])
+    return sch

@@ -1,0 +1,127 @@
+"""The tensor-core GEMM schedule (``schedules/cuda/matmul.py``): which kernels it takes, the
+instructions its CUDA source holds (compiled with nvcc here), the tile it picks per shape, and,
+on a machine with an NVIDIA GPU, its numbers against NumPy in float32."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from tvmfuse import api
+from tvmfuse.schedules.cuda.matmul import TILES, MmaTile, TensorCoreMatmul, choose_tile
+
+TARGET = api.get_target("cuda-sm90").tvm_target()
+GPU = tvm.cuda(0).exist
+
+
+def _gemm(m, n, k, *, weight_nk=False, batch=None, accumulate="float32", epilogue=True):
+    """fp16 (A @ B) [+ bias], cast to fp16: a linear layer as tvmfuse's fp16 builds legalize
+    it; ``weight_nk`` stores B as torch stores a weight ([N, K]), ``batch`` adds a batch axis
+    to both operands (QK^T, PV)."""
+    lead = (batch,) if batch else ()
+    a = te.placeholder((*lead, m, k), "float16", name="A")
+    b = te.placeholder((*lead, n, k) if weight_nk else (*lead, k, n), "float16", name="B")
+    r = te.reduce_axis((0, k), "k")
+
+    def product(*index):
+        *s, i, j = index
+        rhs = b[(*s, j, r)] if weight_nk else b[(*s, r, j)]
+        return te.sum(a[(*s, i, r)].astype(accumulate) * rhs.astype(accumulate), axis=r)
+
+    c = te.compute((*lead, m, n), product, name="matmul")
+    args = [a, b]
+    if epilogue:
+        bias = te.placeholder((n,), "float16", name="bias")
+        out = te.compute(c.shape, lambda *i: (c[i] + bias[i[-1]].astype(accumulate)).astype(
+            "float16"), name="T_add")
+        args.append(bias)
+    else:
+        out = te.compute(c.shape, lambda *i: c[i].astype("float16"), name="T_cast")
+    return te.create_prim_func([*args, out])
+
+
+def _source(sch) -> str:
+    with TARGET, tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
+        lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol",
+                                                                           "main")}),
+                          target=TARGET)
+    return lib.mod.imports[0].inspect_source() if lib.mod.imports else lib.mod.inspect_source()
+
+
+@pytest.mark.parametrize("m,n,k,weight_nk", [(256, 256, 128, False), (197, 768, 77, True),
+                                             (77, 100, 33, False)])
+def test_source_has_mma_ldmatrix_and_cp_async_and_nvcc_compiles_it(tmp_path, m, n, k, weight_nk):
+    sch = TensorCoreMatmul().apply(_gemm(m, n, k, weight_nk=weight_nk), TARGET, False)
+    assert sch is not None
+    source = _source(sch)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in source
+    assert "ldmatrix.sync.aligned.m8n8.x4" in source
+    # 16-byte copies where the operands' rows are whole 16-byte pieces (B stored [K, N] copied
+    # along N, not gathered along K: that was a misaligned address on the GPU); rows of 77 or
+    # 33 halves are copied element by element, zeros past the end
+    aligned = k % 8 == 0 and (weight_nk or n % 8 == 0)
+    assert ("cp.async.cg.shared.global" in source) == aligned
+    assert "cp.async.wait_group" in source
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    (tmp_path / "k.cu").write_text(source)
+    done = subprocess.run(["nvcc", "-arch=sm_90", "-c", "-w", str(tmp_path / "k.cu"), "-o",
+                           str(tmp_path / "k.o")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_takes_only_fp16_matmuls():
+    assert TensorCoreMatmul().apply(_gemm(64, 64, 64), TARGET, False) is not None
+    a = te.placeholder((64, 64), "float32", name="A")
+    r = te.reduce_axis((0, 64), "k")
+    fp32 = te.create_prim_func([a, te.compute((64, 64), lambda i, j: te.sum(
+        a[i, r] * a[r, j], axis=r), name="matmul")])
+    assert TensorCoreMatmul().apply(fp32, TARGET, False) is None
+    rows = te.create_prim_func([a, te.compute((64,), lambda i: te.sum(a[i, r], axis=r))])
+    assert TensorCoreMatmul().apply(rows, TARGET, False) is None
+
+
+def test_tile_fills_the_gpu():
+    """Large GEMMs take 128 x 128 tiles; a batch-1 BERT GEMM (128 rows) smaller ones, so that
+    its blocks still cover the 132 SMs; every tile fits the shared memory of an SM."""
+    assert choose_tile(1, 4096, 4096, 4096) == TILES[0]
+    small = choose_tile(1, 128, 768, 3072)
+    assert small.block_m * small.block_n < TILES[0].block_m * TILES[0].block_n
+    assert -(-128 // small.block_m) * -(-768 // small.block_n) >= 48
+    assert all(t.shared_bytes() <= 227 * 1024 for t in TILES)
+    assert MmaTile(2, 2, 4, 4).block_k == 32
+
+
+CASES = [  # (m, n, k, weight_nk, batch): multiples, BERT shapes, sizes no tile divides
+    (256, 256, 256, False, None), (128, 768, 3072, True, None), (197, 768, 768, True, None),
+    (77, 100, 33, False, None), (1000, 1000, 1000, False, None), (64, 64, 64, True, 12),
+]
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
+@pytest.mark.parametrize("m,n,k,weight_nk,batch", CASES)
+def test_numbers_against_numpy(m, n, k, weight_nk, batch):
+    func = _gemm(m, n, k, weight_nk=weight_nk, batch=batch)
+    sch = TensorCoreMatmul().apply(func, TARGET, False)
+    assert sch is not None
+    with TARGET, tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
+        lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol",
+                                                                           "main")}),
+                          target=TARGET)
+    rng = np.random.default_rng(m + n + k)
+    lead = (batch,) if batch else ()
+    a = rng.standard_normal((*lead, m, k)).astype("float16")
+    b = rng.standard_normal((*lead, n, k) if weight_nk else (*lead, k, n)).astype("float16")
+    bias = rng.standard_normal(n).astype("float16")
+    dev = tvm.cuda(0)
+    out = tvm.runtime.tensor(np.zeros((*lead, m, n), "float16"), dev)
+    lib["main"](*(tvm.runtime.tensor(x, dev) for x in (a, b, bias)), out)
+    rhs = np.swapaxes(b, -1, -2) if weight_nk else b
+    want = a.astype("float32") @ rhs.astype("float32") + bias.astype("float32")
+    got = out.numpy().astype("float32")
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
