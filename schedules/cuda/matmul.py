@@ -146,7 +146,7 @@ def _extent(expr) -> int | None:
 
 
 def _schedule(sch: s_tir.Schedule, main, in_dtype: str, accumulator: str, tile: MmaTile | None,
-              target) -> s_tir.Schedule:
+              target) -> s_tir.Schedule | None:
     # TVM registers every CUDA intrinsic when this module is imported: about a minute on 2 cores
     from tvm.s_tir.tensor_intrin.cuda import (  # noqa: PLC0415
         get_mma_intrin_group, shared_16x16_to_ldmatrix_32x8_layout,
