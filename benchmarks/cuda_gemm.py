@@ -97,7 +97,7 @@ def main() -> int:
         a, b = (rng.standard_normal(s).astype("float16") for s in ((m, k), (k, n)))
         bias = rng.standard_normal(n).astype("float16")
         want = a.astype("float32") @ b.astype("float32") + bias.astype("float32")
-        row = {"shape": label, "m": m, "n": n, "k": k, "tile": str(choose_tile(1, m, n, k))}
+        row = {"shape": label, "m": m, "n": n, "k": k, "tile": str(choose_tile(1, m, n))}
         for name, ours in (("tvmfuse", True), ("dlight", False)):
             lib = build(gemm_bias(m, n, k), target, ours)
             if lib is None:

@@ -32,7 +32,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.s_tir.dlight.gpu.matmul import (
     auto_inline_consumer_chain, auto_inline_producers, get_index_map, get_reduction_blocks,
 )
-from ..cpu._tir import uses
+from ..cpu._tir import static_int, uses
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cuda.mma_matmul"
@@ -90,8 +90,7 @@ TILES = (
 )
 
 
-def choose_tile(batch: int | None, m: int | None, n: int | None, k: int | None,
-                sms: int = 132) -> MmaTile:
+def choose_tile(batch: int | None, m: int | None, n: int | None, sms: int = 132) -> MmaTile:
     """The tile for a ``batch x m x n`` output: the largest whose blocks fill the GPU's ``sms``
     (at least one block each), scored by the share of padded work it leaves; symbolic sizes
     take the largest tile."""
@@ -133,33 +132,32 @@ class TensorCoreMatmul(GPUScheduleRule):
         if len(stmt.reads) != 2 or any(str(r.source.dtype) != self.in_dtype for r in stmt.reads):
             return None
         accumulator = str(stmt.writes[0].source.dtype)
-        if accumulator not in ("float32", "float16") or get_index_map(stmt) is None:
+        index_maps = get_index_map(stmt)
+        if accumulator not in ("float32", "float16") or index_maps is None:
             return None
+        # B may be stored K-major (a weight as torch stores it: the trans-b intrinsics) or
+        # N-major; A must be M-major, the layout the loads to shared memory take
+        reduction = [iv.var for iv in stmt.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
+        if not any(uses(stmt.reads[0].region[-1].min, var) for var in reduction):
+            return None
+        trans_b = any(uses(stmt.reads[1].region[-1].min, var) for var in reduction)
         try:
-            return _schedule(sch, main, self.in_dtype, accumulator, self.tile, target)
+            return _schedule(sch, main, index_maps, trans_b, self.in_dtype, accumulator,
+                             self.tile, target)
         except (s_tir.ScheduleError, tvm.error.InternalError):
             return None  # a layout the intrinsics do not match
 
 
-def _extent(expr) -> int | None:
-    return int(expr) if isinstance(expr, tirx.IntImm) else None
-
-
-def _schedule(sch: s_tir.Schedule, main, in_dtype: str, accumulator: str, tile: MmaTile | None,
-              target) -> s_tir.Schedule | None:
+def _schedule(sch: s_tir.Schedule, main, index_maps, trans_b: bool, in_dtype: str,
+              accumulator: str, tile: MmaTile | None, target) -> s_tir.Schedule:
     # TVM registers every CUDA intrinsic when this module is imported: about a minute on 2 cores
     from tvm.s_tir.tensor_intrin.cuda import (  # noqa: PLC0415
         get_mma_intrin_group, shared_16x16_to_ldmatrix_32x8_layout,
     )
 
     # 1. C[s, i, j] += A[s, i, k] * B[s, k, j], or B[s, j, k] where K is B's contiguous axis
-    #    (a weight as torch stores it): the copies to shared memory read 16 contiguous bytes
-    stmt = sch.get(main)
-    reduction = [iv.var for iv in stmt.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
-    trans_b = any(uses(stmt.reads[1].region[-1].min, var) for var in reduction)
-    if not any(uses(stmt.reads[0].region[-1].min, var) for var in reduction):
-        return None  # A stored K-major (transposed): not a layout the loads below take
-    matmul_map, a_map, b_map, c_map = get_index_map(stmt)
+    #    (trans_b): the copies to shared memory read 16 contiguous bytes
+    matmul_map, a_map, b_map, c_map = index_maps
     a_copy = sch.reindex(main, ("read", 0))
     b_copy = sch.reindex(main, ("read", 1))
     c_copy = sch.reindex(main, ("write", 0))
@@ -169,10 +167,10 @@ def _schedule(sch: s_tir.Schedule, main, in_dtype: str, accumulator: str, tile: 
         sch.transform_layout(b_copy, ("write", 0), lambda s, j, k: (s, k, j))
     sch.transform_layout(c_copy, ("read", 0), c_map)
     sch.transform_block_layout(main, matmul_map)
-    batch, m, n, k = (_extent(sch.get(loop).extent) for loop in sch.get_loops(main))
+    batch, m, n, _ = (static_int(sch.get(loop).extent) for loop in sch.get_loops(main))
     if tile is None:
         sms = int(target.attrs.get("multi_processor_count", 132)) if target is not None else 132
-        tile = choose_tile(batch, m, n, k, sms)
+        tile = choose_tile(batch, m, n, sms)
     # 2. whole tiles: zeros read past M, N and K, outputs past M and N not stored
     sch.pad_einsum(main, [1, tile.block_m, tile.block_n, tile.block_k])
 

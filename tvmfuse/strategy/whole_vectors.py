@@ -36,7 +36,7 @@ def legalizations(lanes: int) -> dict:
 def _legalize(lanes: int, compute, fallback):
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         x = call.args[0].ty
-        row = _padded_row(x, call.attrs, lanes)
+        row = _row_length(x, call.attrs, lanes)
         if row is None:
             return fallback(bb, call)
         return bb.call_te(lambda *args: compute(_Row(row, lanes), *args, call.attrs), *call.args,
@@ -45,7 +45,7 @@ def _legalize(lanes: int, compute, fallback):
     return legalize
 
 
-def _padded_row(x, attrs, lanes: int) -> int | None:
+def _row_length(x, attrs, lanes: int) -> int | None:
     """The length of the rows ``attrs`` reduces, where this file's computations apply."""
     if x.dtype != "float32" or x.ndim < 2 or not isinstance(x.shape[-1], tirx.IntImm):
         return None
@@ -61,14 +61,14 @@ class _Row:
 
     def __init__(self, length: int, lanes: int):
         self.length, self.lanes = length, lanes
-        self.padded = -(-length // lanes) * lanes
+        self.steps = -(-length // lanes)  # vectors, the last one overlapping its predecessor
 
     def reduce(self, name: str, rows: list, value, combine, identity) -> te.Tensor:
         """``combine`` over the row of ``value(index, column)`` for each of ``rows``, as two
         reduction axes, steps of one vector and its lanes (the schedule's partial results are
         the lanes: one axis split in two would leave ``(k0 * 16 + k1) // 16`` in the index,
         which TVM 0.27 vectorizes as a gather)."""
-        step = te.reduce_axis((0, self.padded // self.lanes), f"{name}_step")
+        step = te.reduce_axis((0, self.steps), f"{name}_step")
         lane = te.reduce_axis((0, self.lanes), f"{name}_lane")
 
         def element(*index):

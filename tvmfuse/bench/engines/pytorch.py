@@ -85,7 +85,7 @@ def _torch_compile_cudagraphs(ctx: BenchContext) -> Engine:
 
     if not ctx.target.is_gpu:
         raise Unavailable("CUDA graphs need a CUDA target")
-    compiled = torch.compile(module_in_precision(ctx).cuda(), mode="reduce-overhead")
+    compiled = torch.compile(module_in_precision(ctx), mode="reduce-overhead")
     engine = _torch_engine("torch-compile-cudagraphs", compiled, ctx)
     for _ in range(2):  # the graph is recorded on the calls after the first
         engine.run()
