@@ -1,0 +1,134 @@
+"""One CPU kernel alone, variants interleaved: what the commits' kernel figures come from.
+
+    .venv/bin/python benchmarks/kernel_bench.py dense --sizes 77,100,197 [--rows 197] [--rounds 5]
+    .venv/bin/python benchmarks/kernel_bench.py attention --sizes 49,197,1500 [--variants mod,...]
+
+``dense`` builds ``nn.Linear(768, N)`` on ``[1, rows, 768]`` with tvmfuse (untuned) and times its
+GEMM kernel with ``time_evaluator`` (:mod:`tvmfuse.profile`). ``attention`` builds the CPU
+attention kernel (``schedules/cpu/attention.py``, or each module named in ``--variants`` that has
+an ``attention_kernel(shape, cores=...)``: a copy with one change, to compare) for BERT-base's
+heads (12 x 64, packed QKV, no mask) at each sequence length, checks it against NumPy, and times
+it. Variants and sizes are timed in interleaved rounds: on this shared machine a kernel's time
+drops by a third for seconds at a time (a GEMM measured 161 GFLOP/s for eight profiles in a row,
+then 108 for the next eight, same arguments), so each figure is the fastest round, with the median
+beside it; compare only within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import statistics
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TVM_BIND_THREADS", "0")
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tvmfuse.passes.fuse_attention import AttentionShape  # noqa: E402
+from tvmfuse.targets import get_target  # noqa: E402
+
+HEADS, HEAD_DIM = 12, 64
+
+
+def dense_kernels(sizes, rows, target):
+    """(label, FLOPs, library, function, arguments) per size: the GEMM kernel of a tvmfuse build
+    of a linear layer."""
+    import torch  # noqa: PLC0415
+    from torch import nn  # noqa: PLC0415
+
+    from tvmfuse import api, compiler, profile  # noqa: PLC0415
+
+    for n in sizes:
+        torch.manual_seed(0)
+        model = api.import_torch(nn.Linear(768, n).eval(), [torch.randn(1, rows, 768)],
+                                 name=f"linear{n}")
+        built = compiler.compile_model(model, target, api.BuildOptions(use_database=False))
+        info = built.analysis.kernel_info
+        name = max(built.analysis.kernels, key=lambda k: info[k].flops)
+        library = built.executable.mod.imports[0]
+        args = profile.random_args(info[name].params, target.device_here())
+        implementation = built.analysis.implementations.get(name, "default")
+        yield f"{rows}x768x{n} ({implementation})", info[name].flops, library, name, args
+
+
+def attention_kernels(sizes, variants, target):
+    """(label, FLOPs, library, function, arguments) per size and variant, each checked against
+    NumPy first."""
+    device = tvm.cpu()
+    cores = int(target.config.get("num-cores", 1))
+    width = 3 * HEADS * HEAD_DIM
+    for seq in sizes:
+        rng = np.random.default_rng(seq)
+        x = rng.standard_normal((1, seq, width)).astype("float32")
+        want = _attention_reference(x)
+        shape = AttentionShape(1, seq, HEADS, HEAD_DIM, q=(width, 0), k=(width, HEADS * HEAD_DIM),
+                               v=(width, 2 * HEADS * HEAD_DIM), mask=(1, 1, 1, 1),
+                               scale=HEAD_DIM ** -0.5)
+        for variant in variants:
+            kernel = importlib.import_module(variant).attention_kernel(shape, cores=cores)
+            library = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}),
+                                  target=target.tvm_target()).mod
+            args = [tvm.runtime.tensor(a, device) for a in (x, x, x, np.zeros((1, 1, 1, 1),
+                                                                                "float32"))]
+            out = tvm.runtime.tensor(np.zeros((1, seq, HEADS * HEAD_DIM), "float32"), device)
+            library["main"](*args, out)
+            error = np.linalg.norm(out.numpy() - want) / np.linalg.norm(want)
+            if error > 1e-5:
+                raise SystemExit(f"{variant} at {seq} tokens: relative error {error:.1e}")
+            yield (f"S={seq} {variant.rsplit('.', 1)[-1]}", 4 * seq * seq * HEADS * HEAD_DIM,
+                   library, "main", [*args, out])
+
+
+def _attention_reference(x):
+    seq = x.shape[1]
+
+    def heads(part):
+        start = part * HEADS * HEAD_DIM
+        return x[0, :, start:start + HEADS * HEAD_DIM].reshape(seq, HEADS, HEAD_DIM).transpose(
+            1, 0, 2)
+
+    q, k, v = heads(0), heads(1), heads(2)
+    scores = q @ k.transpose(0, 2, 1) * HEAD_DIM ** -0.5
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    return (probs @ v).transpose(1, 0, 2).reshape(1, seq, HEADS * HEAD_DIM)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("family", choices=("dense", "attention"))
+    parser.add_argument("--sizes", required=True, help="columns (dense) or tokens (attention)")
+    parser.add_argument("--rows", type=int, default=197, help="dense: rows of the input")
+    parser.add_argument("--variants", default="schedules.cpu.attention",
+                        help="attention: modules with attention_kernel(), comma-separated")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    target = get_target("avx512")
+    os.environ.setdefault("TVM_NUM_THREADS", str(target.config.get("num-cores", 1)))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.family == "dense":
+        kernels = list(dense_kernels(sizes, args.rows, target))
+    else:
+        kernels = list(attention_kernels(sizes, args.variants.split(","), target))
+    device = tvm.cpu()
+    seconds = {label: [] for label, *_ in kernels}
+    for _ in range(args.rounds):
+        for label, _, library, name, call_args in kernels:
+            timer = library.time_evaluator(name, device, number=1, repeat=5, min_repeat_ms=40)
+            seconds[label].append(min(timer(*call_args).results))
+    for label, flops, *_ in kernels:
+        print(f"{label:36s} {flops / min(seconds[label]) / 1e9:7.1f} GFLOP/s "
+              f"(median round {flops / statistics.median(seconds[label]) / 1e9:7.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
