@@ -7,9 +7,12 @@ ONNX Runtime in interleaved rounds by ``tvmfuse.bench`` (wall clock, medians).
                                                [--json benchmarks/shape-sweep.json]
 
 For every family it prints each point's GFLOP/s (GB/s for LayerNorm, which does no FMAs) from the
-median and from the fastest run, and for each the worst share of the family's best at sizes of
-at least 64 that are not a multiple of 16 (one AVX-512 vector), the issue's "no schedule below
-70% of its best at non-multiple sizes".
+median and from the fastest run of the whole module, beside ONNX Runtime's, then the schedule's
+own rate (``kernel``: its kernels timed alone, see :func:`_schedule_rate`), and for each figure
+the worst share of the family's best at sizes of at least 64 that are not a multiple of 16 (one
+AVX-512 vector): the issue's "no schedule below 70% of its best at non-multiple sizes" is the
+``kernel_rate`` line. A one-layer module's latency is not the schedule's: a 197 x 77 LayerNorm's
+10 us call is half fixed cost, and a 3x3 conv's module converts NCHW to NHWC and back each call.
 """
 
 from __future__ import annotations
