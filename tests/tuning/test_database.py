@@ -124,7 +124,7 @@ def test_an_interrupted_tuning_job_keeps_its_records(monkeypatch, tmp_path):
     monkeypatch.setattr(ms, "tune_tasks", interrupted)
     # no design space is needed: the search is replaced (building one imports the tensor
     # intrinsics, 20 s here)
-    monkeypatch.setattr(tune_module, "_tune_context", searched.append)
+    monkeypatch.setattr(tune_module, "_tune_context", lambda task, _trials: searched.append(task))
     db_dir = tmp_path / "db"
     model = api.import_model("tiny-resnet")
     mod, _ = api.analyze(model, api.get_target("avx512"), api.BuildOptions(use_database=False))

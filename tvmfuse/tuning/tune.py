@@ -24,9 +24,11 @@ it and says so. Either way finished records are kept and a re-run resumes.
 The database is read through :func:`tvmfuse.tuning.database.usable` (corrupt lines and other
 targets' records skipped, as a build skips them), never handed to MetaSchedule as it is.
 
-Measured here: MetaSchedule's default builder re-imports ``tvm.s_tir.tensor_intrin`` in every
-worker (about 22 s on this 2-core machine) and times out; the builder below imports it once per
-worker and allows 120 s. A trial costs about 5-40 s here, mostly building.
+Measured here: MetaSchedule's default build function imports ``tvm.s_tir.tensor_intrin`` (every
+target's intrinsics, CUDA's first: 45-60 s on this 2-core machine) in each builder worker, where
+nothing needs it (the modules it builds are scheduled, their intrinsics already inlined), and
+times out. The builder below builds without that import (:func:`_build`) and allows 120 s: a
+4-trial tuning of tiny-resnet took 155 s before, most of it two such imports.
 """
 
 from __future__ import annotations
@@ -85,9 +87,14 @@ class TaskPlan:
         return dict(self.__dict__)
 
 
-def _import_tensor_intrin() -> None:
-    """Builder-worker initializer: pay for the tensor-intrinsic registry once per worker."""
-    import tvm.s_tir.tensor_intrin  # noqa: F401, PLC0415
+def _build(mod, target, _params):
+    """Builder-worker build: MetaSchedule's default (``default_build``) without its import of
+    the tensor-intrinsic registry, which only applying a tensorization needs (the search, in
+    this process, does that)."""
+    from tvm.driver import build  # noqa: PLC0415 - in the worker
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # noqa: PLC0415
+
+    return build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
 #: Tuning jobs running in this process, as (job folder, database folder): what
@@ -400,10 +407,10 @@ def search_task(task, work_dir: Path, database, trials: int, trials_per_iter: in
             _copy_record(record, search)
     try:
         ms.tune_tasks(
-            tasks=[_tune_context(task)], task_weights=[1.0], work_dir=str(work_dir),
+            tasks=[_tune_context(task, trials)], task_weights=[1.0], work_dir=str(work_dir),
             max_trials_global=trials, num_trials_per_iter=trials_per_iter,
             builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
-                                            initializer=_import_tensor_intrin, f_export=export),
+                                            f_build=_build, f_export=export),
             runner=runner, database=search, cost_model="xgb",
         )
     finally:  # Ctrl-C included: what was measured is kept
@@ -419,13 +426,24 @@ def _copy_record(record, database) -> None:
         record.target, record.args_info))
 
 
-def _tune_context(task):
+#: Candidates the evolutionary search keeps per trial it will measure (see _tune_context).
+POPULATION_PER_TRIAL = 8
+
+
+def _tune_context(task, trials: int):
     """MetaSchedule's search context for one task, logging to tvmfuse's logger.
+
+    The evolutionary search's population is scaled to the trials it picks (``POPULATION_PER_TRIAL``
+    candidates per trial, MetaSchedule's 512 at most): for 8 trials it evolved and scored 512
+    schedules four times, most of a small job's time on 2 cores.
 
     Not ``relax_integration.extracted_tasks_to_tune_contexts``: it reconfigures Python logging
     globally (``dictConfig``) from the handlers it finds on MetaSchedule's logger, and fails on
     one without a name (seen in a test process after an RPC tuning run)."""
+    population = min(512, max(64, POPULATION_PER_TRIAL * trials))
+    search = ms.search_strategy.EvolutionarySearch(
+        population_size=population, init_min_unmeasured=min(50, population // 2))
     return ms.TuneContext(mod=task.dispatched[0], target=task.target,
-                          space_generator="post-order-apply", search_strategy="evolutionary",
+                          space_generator="post-order-apply", search_strategy=search,
                           task_name=task.task_name, logger=_SEARCH_LOG, num_threads="physical"
                           ).clone()
