@@ -27,6 +27,53 @@ def test_mean_then_unit_transpose_then_reshape_becomes_one_mean():
     tvm.ir.assert_structural_equal(result, _module((1, 7, 7, 32), after))
 
 
+def test_transposes_that_undo_each_other_vanish_and_others_compose():
+    def undone(bb, x):
+        y = bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))
+        return relax.op.add(relax.op.permute_dims(y, [0, 2, 3, 1]), x)
+
+    def identity(bb, x):
+        return relax.op.add(x, x)
+
+    result = FoldLayoutGlue()(_module((1, 7, 5, 32), undone))
+    tvm.ir.assert_structural_equal(result, _module((1, 7, 5, 32), identity))
+
+    def twice(bb, x):
+        y = bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))  # [1, 32, 7, 5]
+        return relax.op.permute_dims(y, [0, 1, 3, 2])         # [1, 32, 5, 7]
+
+    def once(bb, x):
+        return relax.op.permute_dims(x, [0, 3, 2, 1])
+
+    result = FoldLayoutGlue()(_module((1, 7, 5, 32), twice))
+    tvm.ir.assert_structural_equal(result, _module((1, 7, 5, 32), once))
+
+
+class ChannelsLast(nn.Module):
+    """A depthwise conv between NHWC tensors (permuted to NCHW for PyTorch's conv)."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+
+    def forward(self, x):
+        return self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+
+
+def test_nhwc_model_meets_the_layout_change_without_copies(tmp_path):
+    """The model's NHWC -> NCHW permute and the layout change's NCHW -> NHWC one cancel: one
+    kernel, the depthwise conv, reading its input as given."""
+    torch.manual_seed(0)
+    module, x = ChannelsLast(48).eval(), torch.randn(1, 9, 11, 48)
+    compiled = api.compile_model(api.import_torch(module, [x]), api.get_target("avx512"),
+                                 api.BuildOptions(use_database=False))
+    assert len(compiled.analysis.kernels) == 1, compiled.analysis.kernels
+    assert not any("transpose" in k or "permute" in k for k in compiled.analysis.kernels)
+    (out,) = api.load(api.build(compiled, tmp_path / "out")).run([x.numpy()])
+    with torch.no_grad():
+        np.testing.assert_allclose(out, module(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_a_transpose_that_moves_data_stays():
     def body(bb, x):
         y = bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2]))
