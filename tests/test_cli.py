@@ -35,6 +35,8 @@ def test_help(command):
          "cannot run on inputs x(1, 3, 32, 32):int64"),
         (["build", "missing.onnx", "-o", "x"], "model file missing.onnx does not exist"),
         (["run", "no-such-build", "--random"], "no-such-build is not a tvmfuse build"),
+        (["build", "tiny-resnet", "--dtype", "bf16", "-o", "x"],
+         "tvmfuse builds compute in fp32 or fp16, not bf16"),
     ],
 )
 def test_bad_input_is_one_error_line(tmp_path, args, message):
@@ -76,6 +78,22 @@ def test_run_uses_the_runtime_alone_and_writes_outputs(built, tmp_path):
         ref = zoo.get("tiny-resnet").build()(torch.from_numpy(x)).numpy()
     with np.load(out) as outputs:
         np.testing.assert_allclose(outputs["output0"], ref, rtol=1e-4, atol=1e-5)
+
+
+def test_a_fp16_build_records_its_precision_and_verifies_within_it(tmp_path):
+    """``--dtype fp16``: float16 kernels behind float32 inputs and outputs, their error judged
+    against float16's 1e-2 (float32's 1e-4 would fail them), at build and by ``run --check``
+    against the reference saved with the build."""
+    folder = tmp_path / "fp16"
+    result = run_cli("build", "tiny-transformer", "--dtype", "fp16", "-o", str(folder),
+                     "--verify")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["precision"] == "float16"
+    worst = float(result.stderr.split("worst relative L2 error ")[1].split()[0])
+    assert 1e-4 < worst < 1e-2  # float16's error: more than float32 would have, within 1e-2
+    result = run_cli("run", str(folder), "--check")
+    assert result.returncode == 0, result.stderr
 
 
 def test_run_rejects_wrong_shape_and_dtype(built, tmp_path):

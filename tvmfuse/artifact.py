@@ -110,6 +110,9 @@ def _manifest(compiled: Compiled, folder: Path) -> dict:
         # what runtime.load checks before it maps the library (a truncated one is a SIGBUS);
         # check.npz is not pinned: a user may replace the reference it holds
         "files": {runtime.LIBRARY: runtime.file_digest(folder / runtime.LIBRARY)},
+        # float16: a fp16 build, its inputs and outputs float32 (see `tvmfuse build --dtype`);
+        # verification accepts that precision's error
+        "precision": compiled.precision,
         "inputs": [s.to_json() for s in model.inputs],
         "outputs": [s.to_json() for s in model.outputs],
         # the largest size of each bounded symbolic dimension ({"seq": 512}), checked per run

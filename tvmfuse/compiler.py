@@ -121,6 +121,8 @@ class Compiled:
     executable: object  # tvm.relax.Executable
     analysis: Analysis
     seconds: float
+    #: What the kernels compute in (``BuildOptions.dtype``): float32, or float16 storage.
+    precision: str = "float32"
 
     @property
     def database(self) -> Path | None:
@@ -220,7 +222,7 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
     log.info("compiled to %d kernel launches (%d fusion groups) in %.1f s",
              len(analysis.kernels), len(analysis.groups), seconds)
     _log_implementations(analysis)
-    return Compiled(model, target, executable, analysis, seconds)
+    return Compiled(model, target, executable, analysis, seconds, options.dtype)
 
 
 def _log_implementations(analysis: Analysis) -> None:

@@ -37,6 +37,12 @@ class Deployed:
     #: The RPC address it runs at, or None when it runs in this process.
     rpc: str | None = None
 
+    @property
+    def precision(self) -> str:
+        """What the kernels compute in (float16 for a fp16 build; builds before the manifest
+        said so were float32)."""
+        return self.manifest.get("precision", "float32")
+
     def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Run one inference; checks every input against the manifest first."""
         self.check_inputs(arrays)

@@ -14,15 +14,11 @@ from .. import env
 from ..bench.engines import ENGINES, check_names
 from ..errors import TvmfuseError
 from .common import (
-    add_database_arguments, add_model_arguments, check_model_arguments, import_arguments,
+    DTYPES, add_database_arguments, add_model_arguments, check_model_arguments, import_arguments,
     positive_float, positive_int,
 )
 
 log = logging.getLogger(__name__)
-
-#: --dtype -> the precision every engine computes in (see tvmfuse.engines).
-DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("bench", help="time tvmfuse against PyTorch, ONNX Runtime and stock TVM",
@@ -30,8 +26,6 @@ def add_parser(sub) -> None:
     add_model_arguments(parser)
     parser.add_argument("--batch", type=positive_int, metavar="N",
                         help="batch size (axis 0 of every input)")
-    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
-                        help="precision of every engine (default fp32)")
     parser.add_argument("--engines", default=",".join(ENGINES), metavar="LIST",
                         help=f"comma-separated engines (default: all of {','.join(ENGINES)})")
     parser.add_argument("--repeat", type=positive_int, default=20, metavar="N",

@@ -10,8 +10,8 @@ from pathlib import Path
 from .. import env
 from ..errors import TvmfuseError
 from .common import (
-    add_database_arguments, add_model_arguments, add_rpc_argument, check_model_arguments,
-    check_rpc, import_arguments, positive_int,
+    add_database_arguments, add_model_arguments, add_rpc_argument, build_dtype,
+    check_model_arguments, check_rpc, import_arguments, positive_int,
 )
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ def handle(args: argparse.Namespace) -> int:
         raise TvmfuseError("--rpc goes with --verify (time a remote build with `tvmfuse run DIR "
                            "--rpc ... --check --repeat N`)")
     check_model_arguments(args)
+    dtype = build_dtype(args)
     from ..artifact import check_destination  # noqa: PLC0415 - light: before the heavy imports
 
     check_destination(args.output)
@@ -57,7 +58,8 @@ def handle(args: argparse.Namespace) -> int:
                            f"here: {reason}; verify on its device with --rpc HOST:PORT:KEY")
     model = api.import_model(args.model, **import_arguments(args))
     options = api.BuildOptions(database=args.db, use_database=not args.no_db, dump_ir=args.dump_ir,
-                               fusion_rules=args.fusion_rules, verify_fusion=args.verify_fusion)
+                               fusion_rules=args.fusion_rules, verify_fusion=args.verify_fusion,
+                               dtype=dtype)
     compiled = api.compile_model(model, target, options)
     loaded = {}
 

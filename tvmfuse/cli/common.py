@@ -12,6 +12,10 @@ from ..errors import TvmfuseError
 from ..specs import DYNAMIC_DIMS, check_dynamic, parse_shape
 from ..targets import check_name, target_names
 
+#: --dtype -> the precision the kernels compute in (float32 everywhere but float16 storage in
+#: a fp16 build; see tvmfuse.pipeline.PRECISIONS).
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
 #: The zoo's model names (tvmfuse.zoo imports torch; a test keeps the two in step).
 ZOO = ("resnet50", "mobilenet_v2", "bert-base", "tiny-resnet", "tiny-mobilenet",
        "tiny-transformer")
@@ -42,6 +46,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                              "any that fails to build or to match")
     parser.add_argument("--target", default="avx512",
                         help=f"one of {', '.join(target_names())} (default: avx512, this host)")
+    parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
+                        help="precision: fp32 (default), or fp16 (tensors in float16, matmuls, "
+                             "convs and reductions accumulating in float32; inputs and outputs "
+                             "stay float32)")
 
 
 def _dynamic_dims(text: str) -> list[str]:
@@ -57,6 +65,16 @@ def _dynamic_dims(text: str) -> list[str]:
 def import_arguments(args: argparse.Namespace) -> dict:
     """The keyword arguments of ``api.import_model`` that :func:`add_model_arguments` parsed."""
     return {"input_shapes": args.input_shape, "dynamic": args.dynamic, "max_seq": args.max_seq}
+
+
+def build_dtype(args: argparse.Namespace) -> str:
+    """The precision ``--dtype`` asks a build (not a bench) for, checked before the imports."""
+    dtype = DTYPES[args.dtype]
+    if dtype not in ("float32", "float16"):  # tvmfuse.pipeline.PRECISIONS (which imports TVM)
+        raise TvmfuseError(f"tvmfuse builds compute in fp32 or fp16, not {args.dtype}: TVM's "
+                           f"ToMixedPrecision converts to float16 only (`tvmfuse bench --dtype "
+                           f"{args.dtype}` times the other engines in it)")
+    return dtype
 
 
 def add_database_arguments(parser: argparse.ArgumentParser, what: str) -> None:
