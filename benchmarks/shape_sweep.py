@@ -50,6 +50,18 @@ class Attention(nn.Module):
             b, s, d)
 
 
+class ChannelsLast(nn.Module):
+    """A conv between NHWC tensors, as it runs inside a model once tvmfuse has changed the
+    layout: the permutes at its ends cancel those of the layout change."""
+
+    def __init__(self, conv: nn.Conv2d):
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x):
+        return self.conv(x.permute(0, 3, 1, 2)).permute(0, 2, 3, 1)
+
+
 def _points(family: str):
     """(label, size, module, inputs, bytes) per point; ``size`` is the swept extent."""
     if family == "dense":  # rows (tokens) and columns (features) swept around BERT's 768
@@ -82,11 +94,17 @@ FAMILIES = ("dense", "attention", "conv", "depthwise", "layer_norm")
 
 def _schedule_rate(family, size, model, target, options, report, nbytes) -> dict:
     """The schedule's own rate: its kernels timed alone with ``time_evaluator`` (see
-    :mod:`tvmfuse.profile`; the fastest of five), without the call's fixed cost (about 5 us, most of a 197 x 77
-    LayerNorm's 10) and without the copies at the module's ends (a 3x3 conv taking and giving
-    NCHW converts both to NHWC and back on every call, which a model does once): every kernel
-    but the zero-FLOP copies, or for attention only the attention kernel (the module's QKV
-    projection is a dense GEMM)."""
+    :mod:`tvmfuse.profile`; the fastest of five), without the call's fixed cost (about 5 us, most
+    of a 197 x 77 LayerNorm's 10) and without the copies at the module's ends: a conv is built
+    again between NHWC tensors (:class:`ChannelsLast`; taking and giving NCHW it converts both on
+    every call, which a model does once, and a depthwise kernel read its input through the
+    permute). Every kernel but zero-FLOP copies counts, or for attention only the attention
+    kernel (the module's QKV projection is a dense GEMM)."""
+    module = model.torch_module
+    if isinstance(module, nn.Conv2d):  # timed as in a model: NHWC in and out, no copies
+        nhwc = model.example_inputs[0].transpose(0, 2, 3, 1).copy()
+        model = api.import_torch(ChannelsLast(module).eval(), [torch.from_numpy(nhwc)],
+                                 name=f"{model.source} (NHWC)")
     compiled = compiler.compile_model(model, target, options)
     analysis = compiled.analysis
     # the fastest of five profiles per kernel: on this shared machine a kernel's time doubles

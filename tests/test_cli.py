@@ -92,7 +92,7 @@ def test_a_fp16_build_records_its_precision_and_verifies_within_it(tmp_path):
     assert manifest["precision"] == "float16"
     worst = float(result.stderr.split("worst relative L2 error ")[1].split()[0])
     assert 1e-4 < worst < 1e-2  # float16's error: more than float32 would have, within 1e-2
-    result = run_cli("run", str(folder), "--check")
+    result = run_cli("run", str(folder), "--check", cwd=tmp_path)  # (it writes outputs.npz)
     assert result.returncode == 0, result.stderr
 
 
