@@ -68,3 +68,34 @@ def test_targets_that_cannot_run_here_are_refused():
     with pytest.raises(TvmfuseError, match="cannot tune for arm64 here: .* --rpc HOST:PORT:KEY"):
         api.tune(api.import_model("tiny-resnet"), api.get_target("arm64"), api.BuildOptions(),
                  trials=1)
+
+
+def test_a_cpu_search_registers_the_cpu_intrinsics_only(tmp_path):
+    """A TuneContext for an x86 task finds the x86 intrinsics registered (VNNI's, which its
+    int8 rule asks for) and has not imported CUDA's (34 s of a CPU tuning job's start)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tvm\n"
+        "from tvm.s_tir import TensorIntrin, meta_schedule as ms\n"
+        "from tvm.script import tirx as T\n"
+        "from tvmfuse.tuning import intrinsics\n"
+        "target = tvm.target.Target({'kind': 'llvm', 'mcpu': 'znver4', 'num-cores': 2})\n"
+        "intrinsics.register_for(target)\n"
+        "@T.prim_func(s_tir=True)\n"
+        "def f(a: T.Buffer((4,), 'float32'), b: T.Buffer((4,), 'float32')):\n"
+        "    for i in range(4):\n"
+        "        with T.sblock('b'):\n"
+        "            v = T.axis.remap('S', [i])\n"
+        "            b[v] = a[v]\n"
+        "ms.TuneContext(mod=tvm.IRModule({'main': f}), target=target,\n"
+        "               space_generator='post-order-apply', search_strategy='replay-trace')\n"
+        "assert TensorIntrin.get('dot_16x4_vnni') is not None\n"
+        "assert 'tvm.s_tir.tensor_intrin.cuda' not in sys.modules\n"
+    )
+    script = tmp_path / "search.py"  # a file: TVMScript reads its source
+    script.write_text(code)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

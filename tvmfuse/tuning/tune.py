@@ -54,7 +54,7 @@ from ..passes.apply_schedule_rules import ApplyScheduleRules
 from ..profile import param_specs, random_args
 from ..remote import Remote, SharedLibraryExport
 from ..targets import TargetSpec
-from . import database, lookup
+from . import database, intrinsics, lookup
 
 log = logging.getLogger(__name__)
 
@@ -440,6 +440,7 @@ def _tune_context(task, trials: int):
     Not ``relax_integration.extracted_tasks_to_tune_contexts``: it reconfigures Python logging
     globally (``dictConfig``) from the handlers it finds on MetaSchedule's logger, and fails on
     one without a name (seen in a test process after an RPC tuning run)."""
+    intrinsics.register_for(task.target)  # before TuneContext imports every target's
     population = min(512, max(64, POPULATION_PER_TRIAL * trials))
     search = ms.search_strategy.EvolutionarySearch(
         population_size=population, init_min_unmeasured=min(50, population // 2))
