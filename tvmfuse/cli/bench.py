@@ -20,6 +20,7 @@ from .common import (
 
 log = logging.getLogger(__name__)
 
+
 def add_parser(sub) -> None:
     parser = sub.add_parser("bench", help="time tvmfuse against PyTorch, ONNX Runtime and stock TVM",
                             description=__doc__)

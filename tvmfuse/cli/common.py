@@ -47,9 +47,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default="avx512",
                         help=f"one of {', '.join(target_names())} (default: avx512, this host)")
     parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
-                        help="precision: fp32 (default), or fp16 (tensors in float16, matmuls, "
-                             "convs and reductions accumulating in float32; inputs and outputs "
-                             "stay float32)")
+                        help="precision: fp32 (default), or fp16 (TVM's ToMixedPrecision: "
+                             "tensors and matmul accumulators in float16; inputs and outputs stay "
+                             "float32)")
 
 
 def _dynamic_dims(text: str) -> list[str]:

@@ -62,10 +62,12 @@ class FoldLayoutGlue:
 
 
 def _axes(transpose: relax.Call) -> list[int] | None:
-    rank = len(transpose.args[0].ty.shape) if hasattr(transpose.args[0].ty, "shape") else None
+    """The permutation ``permute_dims`` applies (without ``axes``: the axes reversed), or None
+    where its input's rank is unknown."""
     if transpose.attrs.axes is not None:
         return [int(a) for a in transpose.attrs.axes]
-    return None if rank is None else list(range(rank))[::-1]
+    ndim = getattr(transpose.args[0].ty, "ndim", -1)
+    return list(range(ndim))[::-1] if ndim >= 0 else None
 
 
 #: The first of two transposes in a row.
@@ -86,8 +88,8 @@ def _composed_transpose(expr: relax.Expr, matches) -> relax.Expr:
 
 
 def _same_shape(expr: relax.Expr, _matches) -> relax.Expr:
-    """A reshape to the shape its input has (what the two rules above leave of a transpose
-    between unit axes that another one undid) is its input."""
+    """A reshape to the shape its input already has is its input (an NHWC depthwise module kept
+    one, a kernel launch of its own, once its two transposes had folded away)."""
     shape = static_shape(expr.ty.shape) if hasattr(expr.ty, "shape") else None
     source = expr.args[0]
     if shape is None or not hasattr(source.ty, "shape") or static_shape(source.ty.shape) != shape:
@@ -101,8 +103,7 @@ def _unit_transpose(expr: relax.Expr, _matches) -> relax.Expr:
     shape = static_shape(expr.args[0].ty.shape)
     if shape is None:
         return expr
-    axes = ([int(a) for a in expr.attrs.axes] if expr.attrs.axes is not None
-            else list(range(len(shape)))[::-1])
+    axes = _axes(expr)
     moved = [a for a in axes if shape[a] != 1]
     if moved != sorted(moved):
         return expr
