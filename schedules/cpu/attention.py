@@ -6,17 +6,21 @@ softmax, which no rule over a FuseTIR kernel can turn into one loop nest, so the
 scheduled, in TensorIR, and :class:`tvmfuse.passes.FuseAttention` calls it in place of the chain.
 
 Per task (batch, head, tile of ``TQ`` query rows; the tile as large as leaves four tasks per
-core), on the thread pool, for each tile of ``TK`` keys (four vectors, or two where that pads
-less); neither tile need divide the sequence: rows past its end are computed from the last row
-and not written, keys past it score the lowest float and weigh 0. (Before, the tiles shrank
-until they divided it: ViT's 197 tokens ran one key at a time, 15 GFLOP/s; now 211 on Zen 4.)
+core), on the thread pool, for each tile of ``TK`` keys (one to five vectors: the count that pads
+least for its cost, :func:`_key_tile`); neither tile need divide the sequence: rows past its end
+are computed from the last row and not written, keys past it score the lowest float and weigh 0,
+chosen by ``Select`` (a vector blend). (Before, the tiles shrank until they divided it: ViT's 197
+tokens ran one key at a time, 15 GFLOP/s; then the key tile was two or four vectors and the tail
+an ``if_then_else``, which TVM vectorizes as one branch per lane: 197 tokens 73 GFLOP/s, 77
+tokens 62, where 256 ran 173; now 121 and 120, Emerald Rapids, 2 cores.)
 
 1. the keys are transposed into ``kt[D, TK]``, once per task and tile, so that the scores of
    ``R = 4`` rows, ``s[r, :TK] += q[r, d] * kt[d, :TK]``, are vector FMAs with ``q`` broadcast
    and ``kt`` loaded once for the four rows;
-2. scale and mask are applied; each row's maximum and sum over the tile are halving vector
-   reductions (no serial chain of 64 scalar max/add); the running maximum and sum are rescaled
-   by ``exp(m_old - m_new)`` (the online softmax), with a vectorizable polynomial ``exp``;
+2. scale and mask are applied; each row's maximum and sum over the tile are vector reductions
+   (the tile's vectors folded into one, then halved: no serial chain of scalar max/add); the
+   running maximum and sum are rescaled by ``exp(m_old - m_new)`` (the online softmax), with a
+   vectorizable polynomial ``exp``;
 3. ``o[r, :D] += p[r, j] * v[j, :D]`` for the four rows, ``v`` loaded once for them;
 4. after the last tile each row is divided by its sum and written to ``out[b, s, h * D + d]``:
    the heads merged, as the output projection reads them.
@@ -73,9 +77,9 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
     # A mask dimension of 1 is broadcast: its index is multiplied by 0.
     fb, fh, fq, fk = (int(not (isinstance(n, int) and n == 1)) for n in (MB, MH, MQ, MK))
     R = 4  # noqa: N806 - rows computed together: R x TK scores, R x D outputs in registers
-    TK = _key_tile(SK, lanes)  # noqa: N806 - keys per tile: up to four vectors of scores
-    assert TK <= 64, "tree() below halves at most 64 scores"
+    TK = _key_tile(SK, lanes, D)  # noqa: N806 - keys per tile: whole vectors of scores
     NK = (SK + TK - 1) // TK  # noqa: N806
+    NV = TK // lanes  # noqa: N806 - vectors of scores per row
     # Query rows per task: as many as leave four tasks per core (each task transposes its keys
     # once, so larger tiles transpose less), a multiple of R; for a symbolic sequence, a fixed
     # 8 R. Neither tile need divide the sequence (197 = 14 x 14 patches + 1 is prime): past its
@@ -90,6 +94,14 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
         TQ = 8 * R  # noqa: N806
     NQ = (S + TQ - 1) // TQ  # noqa: N806
     last, last_key = S - 1, SK - 1
+
+    def key(kb, jv, jl):
+        """The key of lane ``jl`` of vector ``jv`` of key tile ``kb``."""
+        return kb * TK + jv * lanes + jl
+
+    def read_key(kb, jv, jl):
+        """The key whose K, V and mask entries that lane reads: keys past the end read the last."""
+        return T.min(key(kb, jv, jl), last_key)
     scale = float(shape.scale)
     dtype = shape.dtype
 
@@ -101,19 +113,18 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
 
     @T.macro
     def tree(buf, op):
-        """buf[0] = op over buf[0:TK], halving the vector each step (no serial chain)."""
-        if TK >= 64:
-            fold(buf, op, 32)
-        if TK >= 32:
-            fold(buf, op, 16)
-        if TK >= 16:
+        """buf[0] = op over buf[0:TK]: the vectors folded into the first, then that vector
+        halved each step (no serial chain)."""
+        for w in T.unroll(1, NV):
+            for lane in T.vectorized(lanes):
+                buf[lane] = op(buf[lane], buf[w * lanes + lane])
+        if lanes >= 16:
             fold(buf, op, 8)
-        if TK >= 8:
+        if lanes >= 8:
             fold(buf, op, 4)
-        if TK >= 4:
+        if lanes >= 4:
             fold(buf, op, 2)
-        if TK >= 2:
-            fold(buf, op, 1)
+        fold(buf, op, 1)
 
     @T.prim_func(private=True)
     def attention(q: T.Buffer((B, S, CQ), dtype), k: T.Buffer((B, SK, CK), dtype),
@@ -125,7 +136,7 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
                 b = task // (H * NQ)
                 h = task // NQ % H
                 q0 = task % NQ * TQ
-                kt = T.decl_buffer((D, TK), "float32")
+                kt = T.decl_buffer((D, NV, lanes), "float32")
                 acc = T.decl_buffer((TQ, D), "float32")
                 row_max = T.decl_buffer((TQ,), "float32")
                 row_sum = T.decl_buffer((TQ,), "float32")
@@ -135,53 +146,67 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
                     for d in T.vectorized(D):
                         acc[i, d] = T.float32(0)
                 for kb in range(NK):
-                    for j, d in T.grid(TK, D):
-                        kt[d, j] = T.Cast("float32", k[b, T.min(kb * TK + j, last_key),
-                                                       KO + h * D + d])
+                    for jv, jl, d in T.grid(NV, lanes, D):
+                        kt[d, jv, jl] = T.Cast("float32", k[
+                            b, read_key(kb, jv, jl), KO + h * D + d])
                     for ib in range(TQ // R):
                         if True:  # registers of R rows
                             i0 = q0 + ib * R
-                            s = T.decl_buffer((R, TK), "float32")
+                            s = T.decl_buffer((R, NV, lanes), "float32")
                             o = T.decl_buffer((R, D), "float32")
                             red = T.decl_buffer((TK,), "float32")
                             rescale = T.decl_buffer((R,), "float32")
                             for r in T.unroll(R):
-                                for j in T.vectorized(TK):
-                                    s[r, j] = T.float32(0)
+                                for jv in T.unroll(NV):
+                                    for jl in T.vectorized(lanes):
+                                        s[r, jv, jl] = T.float32(0)
                             for d in range(D):
                                 for r in T.unroll(R):
-                                    for j in T.vectorized(TK):
-                                        s[r, j] = s[r, j] + T.Cast("float32", q[
-                                            b, T.min(i0 + r, last), QO + h * D + d]) * kt[d, j]
+                                    for jv in T.unroll(NV):
+                                        for jl in T.vectorized(lanes):
+                                            s[r, jv, jl] = s[r, jv, jl] + T.Cast("float32", q[
+                                                b, T.min(i0 + r, last), QO + h * D + d]
+                                            ) * kt[d, jv, jl]
                             for r in T.unroll(R):
-                                for j in T.vectorized(TK):
-                                    s[r, j] = T.if_then_else(
-                                        kb * TK + j < SK,
-                                        s[r, j] * T.float32(scale) + T.Cast("float32", mask[
-                                            b * fb, h * fh, T.min(i0 + r, last) * fq,
-                                            T.min(kb * TK + j, last_key) * fk]),
-                                        T.min_value("float32"))
+                                # Select, not if_then_else: TVM vectorizes if_then_else as one
+                                # branch per lane (the scores of 197 keys ran at 63 GFLOP/s, of
+                                # 192 at 166, Emerald Rapids)
+                                for jv in T.unroll(NV):
+                                    for jl in T.vectorized(lanes):
+                                        s[r, jv, jl] = T.Select(
+                                            key(kb, jv, jl) < SK,
+                                            s[r, jv, jl] * T.float32(scale) + T.Cast(
+                                                "float32", mask[b * fb, h * fh,
+                                                                T.min(i0 + r, last) * fq,
+                                                                read_key(kb, jv, jl) * fk]),
+                                            T.min_value("float32"))
                                 # the online softmax: a new maximum rescales what was summed
-                                for j in T.vectorized(TK):
-                                    red[j] = s[r, j]
+                                for jv in T.unroll(NV):
+                                    for jl in T.vectorized(lanes):
+                                        red[jv * lanes + jl] = s[r, jv, jl]
                                 tree(red, T.max)
                                 red[0] = T.max(red[0], row_max[ib * R + r])
                                 rescale[r] = fast_exp(row_max[ib * R + r] - red[0])
                                 row_max[ib * R + r] = red[0]
-                                for j in T.vectorized(TK):
-                                    s[r, j] = T.if_then_else(  # keys past the end weigh 0
-                                        kb * TK + j < SK, fast_exp(s[r, j] - red[0]),
-                                        T.float32(0))
-                                    red[j] = s[r, j]
+                                for jv in T.unroll(NV):
+                                    for jl in T.vectorized(lanes):
+                                        # keys past the end weigh 0; the maximum is read
+                                        # from row_max: red[0] is written by the first vector
+                                        s[r, jv, jl] = T.Select(
+                                            key(kb, jv, jl) < SK,
+                                            fast_exp(s[r, jv, jl] - row_max[ib * R + r]),
+                                            T.float32(0))
+                                        red[jv * lanes + jl] = s[r, jv, jl]
                                 tree(red, T.Add)
                                 row_sum[ib * R + r] = row_sum[ib * R + r] * rescale[r] + red[0]
                                 for d in T.vectorized(D):
                                     o[r, d] = acc[ib * R + r, d] * rescale[r]
-                            for j in range(TK):
+                            for jv, jl in T.grid(NV, lanes):
                                 for r in T.unroll(R):
                                     for d in T.vectorized(D):
-                                        o[r, d] = o[r, d] + s[r, j] * T.Cast("float32", v[
-                                            b, T.min(kb * TK + j, last_key), VO + h * D + d])
+                                        o[r, d] = o[r, d] + s[r, jv, jl] * T.Cast("float32", v[
+                                            b, read_key(kb, jv, jl),
+                                            VO + h * D + d])
                             for r in T.unroll(R):
                                 for d in T.vectorized(D):
                                     acc[ib * R + r, d] = o[r, d]
@@ -190,24 +215,31 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
                         for d in T.vectorized(D):
                             # a row whose keys are all masked with -inf sums to 0: it gets
                             # 0, as PyTorch's scaled_dot_product_attention gives it
-                            out[b, q0 + i, h * D + d] = T.Cast(dtype, T.if_then_else(
+                            out[b, q0 + i, h * D + d] = T.Cast(dtype, T.Select(
                                 row_sum[i] > T.float32(0), acc[i, d] / row_sum[i],
                                 T.float32(0)))
 
     return attention
 
 
-def _key_tile(seq, lanes: int) -> int:
-    """Keys per tile: four vectors, or two where that pads the last tile much less (197 keys:
-    7 tiles of 32 = 224 rather than 4 of 64 = 256), or one for short sequences; four for a
-    symbolic sequence."""
-    wide, narrow = 4 * lanes, 2 * lanes
+def _key_tile(seq, lanes: int, head_dim: int = 64) -> int:
+    """Keys per tile: a whole number of vectors, up to five (four rows of five vectors of
+    scores, five key vectors and a broadcast are 26 of AVX-512's 32 registers), the one that
+    costs least by a count of vector operations per query row: each padded key costs its
+    multiply-adds (``2 * head_dim / lanes``) and its ``exp`` (about one operation), each tile
+    about 20 more (the two reductions, the rescale of the row's output, the bookkeeping). 77
+    keys: one tile of 80 (before: three of 32 = 96); 197: seven of 32, 2156 operations, against
+    2384 for four of 64. At least two vectors past one vector's keys: four rows of one vector
+    are four chains of dependent multiply-adds, too few to fill two FMA pipes of latency 4.
+    Four vectors for a symbolic sequence."""
     if not isinstance(seq, int):
-        return wide
-    if seq <= narrow:
-        return narrow if seq > lanes else lanes
+        return 4 * lanes
+    if seq <= lanes:
+        return lanes
+    per_key = 2 * head_dim // lanes + 1
 
-    def padding(tile):
-        return -(-seq // tile) * tile - seq
+    def cost(tile):
+        tiles = -(-seq // tile)
+        return tiles * (tile * per_key + 20)
 
-    return narrow if padding(wide) - padding(narrow) > seq // 10 else wide
+    return min((n * lanes for n in range(2, 6)), key=lambda tile: (cost(tile), -tile))

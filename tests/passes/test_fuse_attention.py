@@ -131,10 +131,12 @@ def test_numbers_match_pytorch(tmp_path, mask_shape, masked):
 
 
 @pytest.mark.parametrize("cores", [1, 2, 4])
-@pytest.mark.parametrize("seq", [1, 7, 12, 48, 128])
+@pytest.mark.parametrize("seq", [1, 7, 12, 48, 77, 128, 197])
 def test_kernel_alone_against_numpy(seq, cores):
     """The kernel over tile sizes (a sequence of 7 has tiles of 1; more cores, smaller query
-    tiles, which must still divide the sequence), offsets and a float16 store."""
+    tiles; at this head size 77 keys are one tile of five vectors, 197 three, the last partial),
+    offsets and a
+    float16 store."""
     _against_numpy(lambda shape: attention_kernel(shape, cores=cores), TARGET.tvm_target(),
                    tvm.cpu(), seq, dim=16)
 
