@@ -32,3 +32,8 @@ ELEMENTWISE = "elementwise"
 
 #: Block names of the Winograd transforms (the pass writes them, the schedule rule finds them).
 WINOGRAD_INPUT, WINOGRAD_OUTPUT = "winograd_input", "winograd_output"
+
+#: Block annotations of a row reduction written in whole vectors (``strategy/whole_vectors.py``;
+#: ``schedules/cpu/reduction.py`` schedules them): the partial results, valued with their count of
+#: vector accumulators, and the small reductions that combine them.
+ROW_PARTIALS, ROW_COMBINE = "tvmfuse.row_partials", "tvmfuse.row_combine"

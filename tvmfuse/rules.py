@@ -44,8 +44,8 @@ REGISTRY = (
     RuleInfo("fast_erf", STRATEGY, "CPU GELU's erf as a polynomial that vectorizes"),
     RuleInfo("fast_exp", STRATEGY, "CPU sigmoid (SiLU, quick GELU, gates) and tanh GELU as "
                                    "polynomials that vectorize"),
-    RuleInfo("whole_vector_rows", STRATEGY, "CPU LayerNorm, RMSNorm and softmax over rows the "
-                                            "vector does not divide reduced in whole vectors"),
+    RuleInfo("whole_vector_rows", STRATEGY, "CPU LayerNorm, RMSNorm and softmax reduced in "
+                                            "vector accumulators, lanes folded in vectors"),
     RuleInfo("winograd_conv2d", STRATEGY, "CPU 3x3 stride-1 convs as Winograd F(2x2, 3x3)"),
     RuleInfo("prepack_weights", STRATEGY, "CPU conv/GEMM weights packed in panels of the "
                                           "register tile, at build time"),

@@ -17,6 +17,7 @@ from tvm import s_tir
 
 from ._blocked import block_anchor, register_blocked
 from ._tir import CpuRule, inline_into_consumers, is_reduction, root_blocks, vectorize_inner
+from .reduction import lane_partials, vectorize_rows
 
 _ANCHORS = ("matmul", "NT_matmul", "T_matmul", "T_dense", "T_batch_matmul")
 
@@ -52,11 +53,28 @@ class DenseRowNorm(CpuRule):
                              written=(epilogue[-1],), row_chunks=cores)
         if chunk is None:
             return None
+        # each row of the chunk normalized as RowReduction normalizes a row: the reductions'
+        # partial results in vectors, their lanes folded in vectors (whole_vectors)
+        partials = lane_partials(sch, tail, self.vector.lanes)
         try:
-            for block in tail:
+            for block in tail:  # under the chunk (a block goes there once its producers have)
                 sch.reverse_compute_at(block, chunk)
-        except s_tir.ScheduleError:
+        except (s_tir.ScheduleError, ValueError):
             return None  # not a normalization of the rows the GEMM wrote
         loops = sch.get_loops(tail[-1])
-        vectorize_inner(sch, loops[-1], self.vector.lanes)
+        inside = [i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(chunk))][0]
+        row_loops = loops[inside + 1:-1]
+        if row_loops:  # then, where the rows are static, into the row, block by block
+            per_row = sch.copy()
+            try:
+                rows = per_row.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
+                for block in reversed(tail[:-1]):
+                    per_row.compute_at(block, rows)
+                vectorize_rows(per_row, tail, partials, self.vector.lanes, row_depth=inside + 2)
+                return per_row
+            except s_tir.ScheduleError:
+                pass
+        # a symbolic row count (the chunk's last tile predicated): a pass over the chunk's rows
+        # per block, the output vectorized
+        vectorize_inner(sch, sch.get_loops(tail[-1])[-1], self.vector.lanes)
         return sch

@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from tvm import s_tir
 
+from tvmfuse.names import ROW_COMBINE, ROW_PARTIALS
+
 from ._tir import (
     MIN_PARALLEL_ELEMENTS, CpuRule, is_reduction, root_blocks, static_extent, uses,
     vectorize_inner,
 )
+
+
+#: The most vector accumulators a reduction written as partial results has (whole_vectors: 4).
+MAX_ACCUMULATORS = 8
 
 
 class RowReduction(CpuRule):
@@ -51,63 +57,101 @@ def schedule_rows(sch: s_tir.Schedule, blocks: list, lanes: int) -> bool:
     total = static_extent(sch, rows)
     if total is None or row is None or total * row >= MIN_PARALLEL_ELEMENTS:
         sch.parallel(rows)  # before the partial results' init is split off (parallel refuses)
+    vectorize_rows(sch, blocks, partials, lanes)
+    return True
+
+
+def lane_partials(sch: s_tir.Schedule, blocks: list, lanes: int) -> list:
+    """The reductions of ``blocks`` written as partial results already
+    (``tvmfuse.strategy.whole_vectors``), for :func:`vectorize_rows`; before they are moved."""
+    return [(b, _accumulators(sch, b)) for b in blocks
+            if is_reduction(sch, b) and _in_lanes(sch, b, lanes)]
+
+
+def vectorize_rows(sch: s_tir.Schedule, blocks: list, partials: list, lanes: int,
+                   row_depth: int = 1) -> None:
+    """Vectorize ``blocks``, computed one row at a time under ``row_depth`` loops (the row loop
+    the innermost): the elementwise loops along the row, and the ``partials`` (pairs of a block
+    and its vector accumulators) a step of one vector per accumulator along the row, their
+    initialization split off."""
+    combines = [b for b in blocks
+                if _combines(sch, b) and int(sch.get(b).annotations[ROW_COMBINE])]
     for block in blocks:
-        if not is_reduction(sch, block) and len(sch.get_loops(block)) > 1:
+        if not is_reduction(sch, block) and len(sch.get_loops(block)) > row_depth:
             vectorize_inner(sch, sch.get_loops(block)[-1], lanes)  # not a per-row scalar
-    for block in partials:  # one vector of partial results a step, across the row
-        lane, steps = sch.get_loops(block)[-2:]
-        sch.reorder(steps, lane)
+    for block, accumulators in partials:
+        if accumulators > 1:  # (a loop of one is gone once the block is moved)
+            accumulator, lane, steps = sch.get_loops(block)[-3:]
+            sch.reorder(steps, accumulator, lane)
+            sch.unroll(accumulator)
+        else:
+            lane, steps = sch.get_loops(block)[-2:]
+            sch.reorder(steps, lane)
         sch.vectorize(lane)
         init = sch.decompose_reduction(block, steps)
         sch.vectorize(sch.get_loops(init)[-1])
-    return True
+    for block in combines:  # the accumulators combined a vector at a time
+        lane, position = sch.get_loops(block)[-2:]
+        sch.reorder(position, lane)
+        sch.vectorize(lane)
+        init = sch.decompose_reduction(block, position)
+        sch.vectorize(sch.get_loops(init)[-1])
 
 
 def _vector_partials(sch: s_tir.Schedule, block, lanes: int):
     """Split the row reduction ``block`` into ``lanes`` partial results (``rfactor``), to be
     computed one vector operation a step, then reduced across the lanes: a serial chain of 768
     scalar adds (LayerNorm's mean, then its variance) took 0.16 ms per 197-row LayerNorm on
-    Zen 4. A reduction already written as steps of one vector (``tvmfuse.strategy.whole_vectors``:
-    rows that ``lanes`` does not divide) takes its lanes as the partial results. Returns the
-    partial-results block, or None where ``lanes`` does not divide the row or the reduction is
-    not one ``rfactor`` takes."""
+    Zen 4. A reduction written as partial results already (``tvmfuse.strategy.whole_vectors``:
+    the lanes spatial, the steps along the row reduced) is its own. Returns the partial-results
+    block and its vector accumulators (``rfactor``'s: 1), or None where ``lanes`` does not divide
+    the row or the reduction is not one ``rfactor`` takes."""
+    if _in_lanes(sch, block, lanes):
+        return block, _accumulators(sch, block)
     loop = sch.get_loops(block)[-1]
     row = static_extent(sch, loop)
+    if row is None or row % lanes or row < 2 * lanes:
+        return None
     try:
-        if _in_vectors(sch, block, lanes):
-            inner = loop
-        elif row is None or row % lanes or row < 2 * lanes:
-            return None
-        else:
-            _, inner = sch.split(loop, [None, lanes])
-        return sch.rfactor(inner, factor_axis=len(sch.get(block).writes[0].region))
+        _, inner = sch.split(loop, [None, lanes])
+        return sch.rfactor(inner, factor_axis=len(sch.get(block).writes[0].region)), 1
     except s_tir.ScheduleError:
         return None
 
 
-def _in_vectors(sch: s_tir.Schedule, block, lanes: int) -> bool:
-    """``block`` reduces over two axes, steps and the ``lanes`` of one vector (innermost)."""
-    kinds = [iv.iter_type for iv in sch.get(block).iter_vars]
-    return (len(kinds) >= 3 and kinds[-1] == kinds[-2] != kinds[0]
-            and kinds.count(kinds[-1]) == 2
-            and static_extent(sch, sch.get_loops(block)[-1]) == lanes)
+def _accumulators(sch: s_tir.Schedule, block) -> int:
+    """The vector accumulators of ``block``, a reduction :func:`_in_lanes` accepts."""
+    return int(sch.get(block).annotations[ROW_PARTIALS])
+
+
+def _in_lanes(sch: s_tir.Schedule, block, lanes: int) -> bool:
+    """``block`` is partial results of a row reduction written in whole vectors
+    (``tvmfuse.strategy.whole_vectors``): a step along the row reduced, its vector accumulators
+    and ``lanes`` spatial."""
+    return (ROW_PARTIALS in sch.get(block).annotations
+            and static_extent(sch, sch.get_loops(block)[-2]) == lanes)
+
+
+def _combines(sch: s_tir.Schedule, block) -> bool:
+    """``block`` combines a few partial results of a row reduction in whole vectors."""
+    return ROW_COMBINE in sch.get(block).annotations
 
 
 def _reduces_rows(sch: s_tir.Schedule, blocks: list, row: int | None, lanes: int) -> bool:
-    """Every reduction runs along its innermost loop over a whole output row (or along its two
-    innermost, steps of one vector over the row rounded up to whole vectors:
-    ``tvmfuse.strategy.whole_vectors``), and reads what it reduces along that innermost axis
-    only (a matmul's reduction over K reads ``B[k, j]``, even where K happens to equal the
-    row's length)."""
+    """Every reduction runs along its innermost loop over a whole output row (or, as partial
+    results in ``lanes``, over the row's steps of one vector: ``tvmfuse.strategy.whole_vectors``),
+    and reads what it reduces along that innermost axis only (a matmul's reduction over K reads
+    ``B[k, j]``, even where K happens to equal the row's length)."""
     for block in blocks:
-        if not is_reduction(sch, block):
-            continue
+        if not is_reduction(sch, block) or _combines(sch, block):
+            continue  # (a combination reads the partial results, never the row)
         stmt = sch.get(block)
         kinds = [iv.iter_type for iv in stmt.iter_vars]
         extents = [static_extent(sch, loop) for loop in sch.get_loops(block)]
-        if _in_vectors(sch, block, lanes):
-            axes = [iv.var for iv in stmt.iter_vars[-2:]]
-            if row is None or extents[-2] != -(-row // lanes):
+        if _in_lanes(sch, block, lanes):
+            count = _accumulators(sch, block)
+            axes = [iv.var for iv in stmt.iter_vars[-3 if count > 1 else -2:]]
+            if row is None or extents[-1] * count < -(-row // lanes):
                 return False
         elif kinds.count(kinds[-1]) != 1 or kinds[-1] == kinds[0] or extents[-1] != row:
             return False  # not exactly one reduction axis, innermost, along the row

@@ -257,12 +257,13 @@ ROW_OPS = {
 
 
 @pytest.mark.parametrize("op", ROW_OPS)
-@pytest.mark.parametrize("n", [33, 77, 197, 1000])
-def test_row_reductions_keep_whole_vectors_where_the_row_is_not_a_multiple(op, n):
-    """Rows of 77 or 1000 are reduced 16 lanes a step like rows of 768 (the last vector the
-    row's last 16 elements, lanes counted already weighing nothing), the output written in
-    whole vectors and a scalar tail; numbers against PyTorch, rows offset so that reading past
-    one would read the next."""
+@pytest.mark.parametrize("n", [33, 77, 197, 1000, 1024])
+def test_row_reductions_reduce_in_whole_vectors_then_fold_the_lanes(op, n):
+    """Rows of any length are reduced into vector accumulators, 16 lanes a step (the last vector
+    the row's last 16 elements, lanes counted already weighing nothing; one, two or four
+    accumulators by the row's length), then folded 16 -> 8 -> 4 -> 2 -> 1 in vector operations,
+    not a serial chain across the lanes; the output in whole vectors and a scalar tail; numbers
+    against PyTorch, rows offset so that reading past one would read the next."""
     from tvmfuse.strategy import whole_vectors
 
     body, reference = ROW_OPS[op]
@@ -272,26 +273,42 @@ def test_row_reductions_keep_whole_vectors_where_the_row_is_not_a_multiple(op, n
                    whole_vectors.legalizations(VECTOR.lanes))
     sch = cpu.RowReduction(VECTOR).apply(func, None, False)
     assert sch is not None
-    partials = [blk.name_hint for blk in _blocks(sch) if blk.name_hint.endswith("_rf_update")]
+    names = [blk.name_hint for blk in _blocks(sch)]
+    partials = [name for name in names if name.endswith("_lanes_update")]
     assert len(partials) == (2 if op != "rms_norm" else 1)
-    for name in partials:  # whole vectors, the padded row's steps around them
-        assert _kinds(sch, name)[-1] == "VECTORIZED" and _extents(sch, name)[-2:] == [
-            -(-n // 16), 16]
+    steps = -(-n // 16)
+    accumulators = 4 if steps >= 8 else 2 if steps >= 4 else 1
+    for name in partials:  # vectors of accumulators, the padded row's steps around them
+        assert _kinds(sch, name)[-1] == "VECTORIZED"
+        if accumulators == 1:  # (a loop of one is no loop)
+            assert _extents(sch, name)[-2:] == [steps, 16]
+        else:
+            assert _extents(sch, name)[-3:] == [-(-steps // accumulators), accumulators, 16]
+            assert _kinds(sch, name)[-2] == "UNROLLED"
+        reduction = name.removesuffix("_lanes_update")
+        folds = [f"{reduction}_fold{width}_update" for width in (8, 4, 2)]
+        assert set(folds) <= set(names)
+        for fold in folds:  # each a vector operation on two halves
+            assert _kinds(sch, fold)[-2:] == ["SERIAL", "VECTORIZED"]
+            assert _extents(sch, fold)[-2] == 2
     # the output in whole vectors, then the rest of the row one element at a time
     output = func.params[-1].name  # the block that writes it has its name
-    whole, tail = re.findall(rf'T.sblock\("({output}_\w+[01])"\)', sch.mod.script())
-    assert _kinds(sch, whole)[-1] == "VECTORIZED" and _extents(sch, whole)[-1] == 16
-    assert _kinds(sch, tail)[-1] == "SERIAL" and _extents(sch, tail)[-1] == n % 16
+    if n % 16:
+        whole, tail = re.findall(rf'T.sblock\("({output}_\w+[01])"\)', sch.mod.script())
+        assert _kinds(sch, whole)[-1] == "VECTORIZED" and _extents(sch, whole)[-1] == 16
+        assert _kinds(sch, tail)[-1] == "SERIAL" and _extents(sch, tail)[-1] == n % 16
+    else:  # a row of whole vectors reads no padding: no clamp, no select
+        assert "T.Select" not in sch.mod.script() and "T.min" not in sch.mod.script()
     want = reference(*(torch.from_numpy(a) for a in (x, w, b))).numpy()
     _close(_run(sch, [x, w, b] if op == "layer_norm" else [x, w] if op == "rms_norm" else [x],
                 x.shape), want)
 
 
-def test_rows_the_vector_divides_keep_tvm_legalization():
+def test_rows_under_two_vectors_keep_tvm_legalization():
     from tvmfuse.strategy import whole_vectors
 
     body, _ = ROW_OPS["layer_norm"]
-    inputs = [("x", (4, 64)), ("w", (64,)), ("b", (64,))]
+    inputs = [("x", (4, 24)), ("w", (24,)), ("b", (24,))]
     ours = _kernel(inputs, body, whole_vectors.legalizations(VECTOR.lanes))
     tvm.ir.assert_structural_equal(ours, _kernel(inputs, body))
 

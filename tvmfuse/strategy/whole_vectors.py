@@ -1,25 +1,32 @@
-"""Row reductions over rows the vector does not divide (LayerNorm over 77 or 1000 features, a
-softmax over 197 keys), written so that every step of the reduction is one whole vector.
+"""Row reductions (LayerNorm, RMSNorm, softmax) written as vector operations: partial results
+in a few vector accumulators, a step of one vector along the row each, then the lanes folded in
+halves; at any row length (77 or 1000 features, a softmax over 197 keys, 768 as 1024).
 
-The CPU schedule (``schedules/cpu/reduction.py``) reduces a row as ``lanes`` partial results, one
-vector operation a step (``rfactor``). That needs ``lanes`` to divide the row: on 197 x 1000 a
-LayerNorm's two serial chains of 1000 scalar adds took 385 us on Zen 4, where 1024 columns took
-55 us. ``rfactor`` of a split that does not divide loses the split's predicate (TVM 0.27: the
-partial sums read past the row, relative error 2e-2 to 5e-2, measured), so the padding is
-written into the computation instead: the reduction runs over the row rounded up to whole
-vectors, and its last vector is the row's last ``lanes`` elements, its lanes that the vector
-before already counted weighing the reduction's identity. Every load is a whole vector inside
-the row (no read past it, no gather), and the schedule's partial results apply unchanged.
+The CPU schedule (``schedules/cpu/reduction.py``) reduced TVM's legalization as ``lanes`` partial
+results (``rfactor``), which needs ``lanes`` to divide the row (on 197 x 1000 a LayerNorm's two
+serial chains of 1000 scalar adds took 385 us on Zen 4, where 1024 columns took 55 us), then
+reduced the lanes in a serial chain of 16 scalar adds, twice a LayerNorm row; its one
+accumulator waited on a chain of 64 dependent vector adds per pass over 1024 columns.
+``rfactor`` of a split that does not divide loses the split's predicate (TVM 0.27: the partial
+sums read past the row, relative error 2e-2 to 5e-2, measured), so the padding is written into
+the computation instead: the reduction runs over the row rounded up to whole vectors, and its
+last vector is the row's last ``lanes`` elements, its lanes that the vector before already
+counted weighing the reduction's identity. Every load is a whole vector inside the row (no read
+past it, no gather). On 2 cores of an Emerald Rapids, 197-row LayerNorms, kernel alone (the
+shape sweep, alternating with the previous tree): 64 columns 25-27 -> 34-44 GB/s, 77 columns
+18-21 -> 23-28, 768 columns 47-53 -> 65-85, 1024 columns 52-56 -> 67-90.
 
 These are legalizations (Relax op -> TE) of ``relax.nn.layer_norm``, ``relax.nn.rms_norm`` and
-``relax.nn.softmax`` over the last axis, float32, rows of at least two vectors that ``lanes``
-does not divide; every other call keeps TVM's legalization.
+``relax.nn.softmax`` over the last axis, float32, rows of at least two vectors; every other call
+keeps TVM's legalization.
 """
 
 from __future__ import annotations
 
 from tvm import relax, te, tirx, topi
 from tvm.relax.transform.legalize_ops import nn as tvm_nn
+
+from tvmfuse import names
 
 __all__ = ["legalizations"]
 
@@ -53,7 +60,7 @@ def _row_length(x, attrs, lanes: int) -> int | None:
     if [int(a) % x.ndim for a in axes] != [x.ndim - 1]:
         return None
     row = int(x.shape[-1])
-    return row if row % lanes and row >= 2 * lanes else None
+    return row if row >= 2 * lanes else None
 
 
 class _Row:
@@ -62,24 +69,64 @@ class _Row:
     def __init__(self, length: int, lanes: int):
         self.length, self.lanes = length, lanes
         self.steps = -(-length // lanes)  # vectors, the last one overlapping its predecessor
+        # independent vector accumulators: one vector add has a latency of four cycles, and a
+        # LayerNorm over 1024 columns with one accumulator waits on a chain of 64 of them twice
+        # a row (Emerald Rapids: 47 GB/s, where TVM's one pass over both sums ran 54)
+        self.accumulators = 4 if self.steps >= 8 else 2 if self.steps >= 4 else 1
 
     def reduce(self, name: str, rows: list, value, combine, identity) -> te.Tensor:
-        """``combine`` over the row of ``value(index, column)`` for each of ``rows``, as two
-        reduction axes, steps of one vector and its lanes (the schedule's partial results are
-        the lanes: one axis split in two would leave ``(k0 * 16 + k1) // 16`` in the index,
-        which TVM 0.27 vectorizes as a gather)."""
-        step = te.reduce_axis((0, self.steps), f"{name}_step")
-        lane = te.reduce_axis((0, self.lanes), f"{name}_lane")
+        """``combine`` (``te.sum`` or ``te.max``) over the row of ``value(index, column)`` for
+        each of ``rows``: ``accumulators x lanes`` partial results, one vector operation a step
+        along the row (a reduction over the steps, the accumulators and lanes spatial), the
+        accumulators combined, then the lanes folded in halves, 16 -> 8 -> 4 -> 2 -> 1 (vector
+        operations, a chain of four). TVM's legalization leaves that part to the schedule's
+        ``rfactor``, whose reduction across the lanes is a serial chain of 16 scalar operations:
+        two per LayerNorm row, 32 dependent adds.
 
-        def element(*index):
-            start = step * self.lanes
-            # the last vector is the row's last `lanes` columns; those its predecessor counted
-            # weigh the identity
-            column = tirx.min(start, self.length - self.lanes) + lane
-            return combine(tirx.Select(column >= start, value(index, column), identity),
-                           axis=[step, lane])
+        Each combination is a reduction over the positions it combines (annotated
+        :data:`tvmfuse.names.ROW_COMBINE`), not an elementwise block reading ``v[0] + v[1]`` or
+        ``v[l] + v[l + 8]``: ``reverse_compute_at`` (the GEMM + LayerNorm schedule) refuses a
+        consumer that reads one buffer at a constant or at two offsets."""
+        count, lanes = self.accumulators, self.lanes
+        step = te.reduce_axis((0, -(-self.steps // count)), f"{name}_step")
+        exact = self.length % lanes == 0 and self.steps % count == 0
 
-        return te.compute(rows, element, name=name)
+        def partial(*index):
+            *row, accumulator, lane = index if count > 1 else (*index[:-1], 0, index[-1])
+            start = (step * count + accumulator) * lanes
+            if exact:
+                return combine(value(tuple(row), start + lane), axis=step)
+            # the last vector is the row's last `lanes` columns; those its predecessor counted,
+            # and every lane of a vector past the row's last, weigh the identity
+            column = tirx.min(start, self.length - lanes) + lane
+            return combine(tirx.Select(column >= start, value(tuple(row), column), identity),
+                           axis=step)
+
+        shape = [*rows, count, lanes] if count > 1 else [*rows, lanes]
+        folded = te.compute(shape, partial, name=f"{name}_lanes",
+                            attrs={names.ROW_PARTIALS: count})
+        if count > 1:
+            folded = _combine(folded, combine, f"{name}_vector", shape=[*rows, lanes],
+                              read=lambda v, i, k: v[(*i[:-1], k, i[-1])], extent=count,
+                              vector=True)
+        width = lanes // 2
+        while width > 1:  # halves of the lanes, those at ``l`` and at ``l + width``
+            folded = _combine(folded, combine, f"{name}_fold{width}", shape=[*rows, width],
+                              read=lambda v, i, k, w=width: v[(*i[:-1], i[-1] + k * w)],
+                              extent=2, vector=True)
+            width //= 2
+        return _combine(folded, combine, name, shape=rows, read=lambda v, i, k: v[(*i, k)],
+                        extent=2, vector=False)
+
+
+def _combine(values: te.Tensor, combine, name: str, *, shape: list, read, extent: int,
+             vector: bool):
+    """``combine`` over ``extent`` positions of ``values``: ``read(values, index, k)`` for k
+    below ``extent``, a reduction annotated :data:`names.ROW_COMBINE` (1 where the innermost
+    spatial axis is a vector's lanes, 0 where the result is one number a row)."""
+    k = te.reduce_axis((0, extent), f"{name}_k")
+    return te.compute(shape, lambda *i: combine(read(values, i, k), axis=k), name=name,
+                      attrs={names.ROW_COMBINE: int(vector)})
 
 
 def _rows(x: te.Tensor) -> list:
