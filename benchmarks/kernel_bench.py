@@ -1,10 +1,11 @@
 """One CPU kernel alone, variants interleaved: what the commits' kernel figures come from.
 
-    .venv/bin/python benchmarks/kernel_bench.py dense --sizes 77,100,197 [--rows 197] [--rounds 5]
+    .venv/bin/python benchmarks/kernel_bench.py dense --sizes 77,100,197 [--rows 197] [--depth 768]
+                                                [--rounds 5]
     .venv/bin/python benchmarks/kernel_bench.py attention --sizes 49,197,1500 [--variants mod,...]
 
-``dense`` builds ``nn.Linear(768, N)`` on ``[1, rows, 768]`` with tvmfuse (untuned) and times its
-GEMM kernel with ``time_evaluator`` (:mod:`tvmfuse.profile`). ``attention`` builds the CPU
+``dense`` builds ``nn.Linear(depth, N)`` on ``[1, rows, depth]`` with tvmfuse (untuned) and times
+its GEMM kernel with ``time_evaluator`` (:mod:`tvmfuse.profile`). ``attention`` builds the CPU
 attention kernel (``schedules/cpu/attention.py``, or each module named in ``--variants`` that has
 an ``attention_kernel(shape, cores=...)``: a copy with one change, to compare) for BERT-base's
 heads (12 x 64, packed QKV, no mask) at each sequence length, checks it against NumPy, and times
@@ -37,7 +38,7 @@ from tvmfuse.targets import get_target  # noqa: E402
 HEADS, HEAD_DIM = 12, 64
 
 
-def dense_kernels(sizes, rows, target):
+def dense_kernels(sizes, rows, target, depth=768):
     """(label, FLOPs, library, function, arguments) per size: the GEMM kernel of a tvmfuse build
     of a linear layer."""
     import torch  # noqa: PLC0415
@@ -47,7 +48,7 @@ def dense_kernels(sizes, rows, target):
 
     for n in sizes:
         torch.manual_seed(0)
-        model = api.import_torch(nn.Linear(768, n).eval(), [torch.randn(1, rows, 768)],
+        model = api.import_torch(nn.Linear(depth, n).eval(), [torch.randn(1, rows, depth)],
                                  name=f"linear{n}")
         built = compiler.compile_model(model, target, api.BuildOptions(use_database=False))
         info = built.analysis.kernel_info
@@ -55,7 +56,7 @@ def dense_kernels(sizes, rows, target):
         library = built.executable.mod.imports[0]
         args = profile.random_args(info[name].params, target.device_here())
         implementation = built.analysis.implementations.get(name, "default")
-        yield f"{rows}x768x{n} ({implementation})", info[name].flops, library, name, args
+        yield f"{rows}x{depth}x{n} ({implementation})", info[name].flops, library, name, args
 
 
 def attention_kernels(sizes, variants, target):
@@ -106,6 +107,7 @@ def main() -> int:
     parser.add_argument("family", choices=("dense", "attention"))
     parser.add_argument("--sizes", required=True, help="columns (dense) or tokens (attention)")
     parser.add_argument("--rows", type=int, default=197, help="dense: rows of the input")
+    parser.add_argument("--depth", type=int, default=768, help="dense: the reduction (K)")
     parser.add_argument("--variants", default="schedules.cpu.attention",
                         help="attention: modules with attention_kernel(), comma-separated")
     parser.add_argument("--rounds", type=int, default=5)
@@ -115,7 +117,7 @@ def main() -> int:
     os.environ.setdefault("TVM_NUM_THREADS", str(target.config.get("num-cores", 1)))
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.family == "dense":
-        kernels = list(dense_kernels(sizes, args.rows, target))
+        kernels = list(dense_kernels(sizes, args.rows, target, args.depth))
     else:
         kernels = list(attention_kernels(sizes, args.variants.split(","), target))
     device = tvm.cpu()
