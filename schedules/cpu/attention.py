@@ -102,6 +102,7 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
     def read_key(kb, jv, jl):
         """The key whose K, V and mask entries that lane reads: keys past the end read the last."""
         return T.min(key(kb, jv, jl), last_key)
+
     scale = float(shape.scale)
     dtype = shape.dtype
 

@@ -62,7 +62,7 @@ class DenseRowNorm(CpuRule):
         except (s_tir.ScheduleError, ValueError):
             return None  # not a normalization of the rows the GEMM wrote
         loops = sch.get_loops(tail[-1])
-        inside = [i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(chunk))][0]
+        inside = next(i for i, loop in enumerate(loops) if sch.get(loop).same_as(sch.get(chunk)))
         row_loops = loops[inside + 1:-1]
         if row_loops:  # then, where the rows are static, into the row, block by block
             per_row = sch.copy()
@@ -72,7 +72,7 @@ class DenseRowNorm(CpuRule):
                     per_row.compute_at(block, rows)
                 vectorize_rows(per_row, tail, partials, self.vector.lanes, row_depth=inside + 2)
                 return per_row
-            except s_tir.ScheduleError:
+            except (s_tir.ScheduleError, ValueError):
                 pass
         # a symbolic row count (the chunk's last tile predicated): a pass over the chunk's rows
         # per block, the output vectorized

@@ -19,10 +19,6 @@ from ._tir import (
 )
 
 
-#: The most vector accumulators a reduction written as partial results has (whole_vectors: 4).
-MAX_ACCUMULATORS = 8
-
-
 class RowReduction(CpuRule):
     name = "cpu.row_reduction"
 

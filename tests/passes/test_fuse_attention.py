@@ -135,8 +135,7 @@ def test_numbers_match_pytorch(tmp_path, mask_shape, masked):
 def test_kernel_alone_against_numpy(seq, cores):
     """The kernel over tile sizes (a sequence of 7 has tiles of 1; more cores, smaller query
     tiles; at this head size 77 keys are one tile of five vectors, 197 three, the last partial),
-    offsets and a
-    float16 store."""
+    offsets and a float16 store."""
     _against_numpy(lambda shape: attention_kernel(shape, cores=cores), TARGET.tvm_target(),
                    tvm.cpu(), seq, dim=16)
 

@@ -219,12 +219,13 @@ def test_tune_killed_with_sigkill_at_random_points_loses_no_measured_record(tmp_
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def _read_stderr(job: subprocess.Popen) -> list[str]:
-    """``job``'s stderr as it comes, read on a thread into the returned list."""
+def _read_stderr(job: subprocess.Popen) -> tuple[list[str], threading.Thread]:
+    """``job``'s stderr as it comes, read on the returned thread into the returned list."""
     chunks: list[str] = []
-    threading.Thread(target=lambda: chunks.extend(iter(lambda: job.stderr.read(64), "")),
-                     daemon=True).start()
-    return chunks
+    reader = threading.Thread(
+        target=lambda: chunks.extend(iter(lambda: job.stderr.read(64), "")), daemon=True)
+    reader.start()
+    return chunks, reader
 
 
 def _wait_for(job: subprocess.Popen, chunks: list[str], marker: str, timeout: float) -> bool:
@@ -246,7 +247,7 @@ def test_tune_stopped_with_sigterm_merges_what_it_measured(tmp_path, phase):
     time: the seeds took 150 s on one machine and 25 s on another."""
     db = tmp_path / "db"
     job = _tune(db, trials=8)
-    chunks = _read_stderr(job)
+    chunks, reader = _read_stderr(job)
     if phase == "early":
         time.sleep(15)
     else:
@@ -254,7 +255,7 @@ def test_tune_stopped_with_sigterm_merges_what_it_measured(tmp_path, phase):
         time.sleep(3)
     job.send_signal(signal.SIGTERM)
     job.wait(timeout=120)
-    time.sleep(0.5)  # the reader drains the pipe
+    reader.join(timeout=30)  # the pipe drained to its end
     stderr = "".join(chunks)
     assert job.returncode == 130 and "Traceback" not in stderr, stderr
     if phase == "searching":
