@@ -5,7 +5,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-TARGET ?= avx512
+# empty: the best target this CPU runs (avx512, avx2, ...); `make demo TARGET=x86-64` picks one
+TARGET ?=
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-arm test-slow sysdeps arm-sysdeps clean
@@ -37,7 +38,7 @@ arm-sysdeps: sysdeps
 	  || echo "warning: cannot register qemu-aarch64: no arm64 emulation"
 
 demo: $(STAMP)
-	$(BIN)/tvmfuse build resnet50 --target $(TARGET) -o build/resnet50 --verify --bench
+	$(BIN)/tvmfuse build resnet50 $(if $(TARGET),--target $(TARGET)) -o build/resnet50 --verify --bench
 
 test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

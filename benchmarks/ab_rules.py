@@ -21,7 +21,7 @@ from tvmfuse import api
 
 def main() -> None:
     model_name, rounds, *rules_files = sys.argv[1:]
-    target = api.get_target("avx512")
+    target = api.get_target()
     model = api.import_model(model_name)
     runs = {}
     with tempfile.TemporaryDirectory() as folder:

@@ -113,7 +113,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    target = get_target("avx512")
+    target = get_target()
     os.environ.setdefault("TVM_NUM_THREADS", str(target.config.get("num-cores", 1)))
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.family == "dense":

@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
 
-    target = api.get_target("avx512")
+    target = api.get_target()
     model = api.import_model(args.model)
     ours = api.profile_kernels(model, target, api.BuildOptions())
     in_place = _in_place(model, target, args.runs)
@@ -102,7 +102,7 @@ def _onnxruntime_nodes(model, threads: int, runs: int) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="per-layer-") as folder:
         # exported as `tvmfuse bench` exports it for its onnxruntime engine
         path = export_onnx(engines.BenchContext(
-            model=model, target=api.get_target("avx512"), inputs=model.example_inputs,
+            model=model, target=api.get_target(), inputs=model.example_inputs,
             threads=threads, build_options=None, torch_module=model.torch_module,
             onnx_path=None))
         options = ort.SessionOptions()

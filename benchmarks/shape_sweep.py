@@ -136,7 +136,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=Path(__file__).parent / "shape-sweep.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    target = get_target("avx512")
+    target = get_target()
     threads = int(target.config.get("num-cores", 1))
     options = api.BuildOptions(use_database=False)
     results = {"machine": platform.processor() or platform.machine(), "target": target.name,

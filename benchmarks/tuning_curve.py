@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, required=True)
     args = parser.parse_args()
 
-    target = api.get_target("avx512")
+    target = api.get_target()
     tvm_target = target.tvm_target()
     seeds = ms.database.JSONDatabase(work_dir=str(api.default_database(target)))
     mod, _ = api.analyze(api.import_model(args.model), target, api.BuildOptions(use_database=False))

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tvmfuse.targets import host_target_name
+
 REPO = Path(__file__).resolve().parent.parent
+
+#: The target whose libraries run on this machine (``avx512``, ``avx2``, ...): what the tests that
+#: run what they build compile for. Tests of one target's own schedules name that target.
+HOST = host_target_name()
 
 # The user's own tuning databases (where `tvmfuse tune` writes, applied by every build over the
 # shipped ones) live in a folder of this test run: a developer's tuning must not change what the
@@ -25,7 +31,7 @@ def build_tiny(tmp_path_factory):
 
     cache = {}
 
-    def build(source: str, target: str = "avx512", dynamic: tuple[str, ...] = (), **options):
+    def build(source: str, target: str = HOST, dynamic: tuple[str, ...] = (), **options):
         key = (source, target, dynamic, tuple(sorted(options.items())))
         if key not in cache:
             model = api.import_model(source, dynamic=dynamic)

@@ -11,6 +11,7 @@ import torch
 
 from tvmfuse import TvmfuseError, api
 from tvmfuse.verify import verify
+from conftest import HOST
 
 
 def _manifest(folder):
@@ -24,7 +25,7 @@ def test_tiny_models_build_and_match_pytorch(build_tiny, source):
     assert checks and all(c.rel_err <= 1e-4 for c in checks)
     manifest = _manifest(folder)
     assert manifest["model"] == {"source": source, "kind": "zoo"}
-    assert manifest["target"]["name"] == "avx512"
+    assert manifest["target"]["name"] == HOST
     assert manifest["inputs"] == [s.to_json() for s in model.inputs]
     assert manifest["tvm_version"].startswith("0.27")
     assert manifest["kernels"] >= len(manifest["fusion_groups"]) > 0
@@ -53,7 +54,7 @@ def test_onnx_file_builds_and_matches_onnxruntime(tmp_path):
     model = api.import_model(str(path))
     assert model.inputs[0].shape == ("batch", 3, 32, 32)
     assert model.reference_name == "onnxruntime"
-    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
     folder = api.build(compiled, tmp_path / "out")
     checks = verify(api.load(folder), model)
     assert [c.name for c in checks] == ["logits", "logits"]
@@ -69,7 +70,7 @@ def test_pt2_file_builds_and_matches_pytorch(tmp_path):
     model = api.import_model(str(path))
     assert model.kind == "pt2"
     assert [s.name for s in model.inputs] == ["x", "mask"]
-    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
     verify(api.load(api.build(compiled, tmp_path / "out")), model)
 
 
@@ -118,7 +119,7 @@ def test_verify_names_the_output_that_differs(build_tiny):
 
 def test_failed_build_leaves_the_previous_build_untouched(build_tiny, tmp_path, monkeypatch):
     model, _ = build_tiny("tiny-resnet")
-    target = api.get_target("avx512")
+    target = api.get_target(HOST)
     compiled = api.compile_model(model, target, api.BuildOptions())
     folder = api.build(compiled, tmp_path / "out")
     before = (folder / "manifest.json").read_bytes()
@@ -139,7 +140,7 @@ def test_build_refuses_to_replace_a_folder_that_is_not_a_build(build_tiny, tmp_p
     precious = tmp_path / "notes"
     precious.mkdir()
     (precious / "keep.txt").write_text("mine")
-    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
     with pytest.raises(TvmfuseError, match="is not a tvmfuse build"):
         api.build(compiled, precious)
     assert (precious / "keep.txt").read_text() == "mine"
@@ -148,7 +149,7 @@ def test_build_refuses_to_replace_a_folder_that_is_not_a_build(build_tiny, tmp_p
 def test_database_folder_without_records_is_an_error(tmp_path):
     model = api.import_model("tiny-resnet")
     with pytest.raises(TvmfuseError, match="is not a tuning database"):
-        api.compile_model(model, api.get_target("avx512"), api.BuildOptions(database=tmp_path))
+        api.compile_model(model, api.get_target(HOST), api.BuildOptions(database=tmp_path))
 
 
 def test_corrupt_tuning_database_line_is_named_and_skipped(tmp_path, caplog):
@@ -156,7 +157,7 @@ def test_corrupt_tuning_database_line_is_named_and_skipped(tmp_path, caplog):
     (tmp_path / "database_tuning_record.json").write_text('[0, {"trace": \n')
     model = api.import_model("tiny-resnet")
     with caplog.at_level(logging.WARNING):
-        compiled = api.compile_model(model, api.get_target("avx512"),
+        compiled = api.compile_model(model, api.get_target(HOST),
                                      api.BuildOptions(database=tmp_path))
     assert "database_tuning_record.json line 1: not valid JSON" in caplog.text
     assert compiled.database == tmp_path and not compiled.analysis.tuned  # built without it

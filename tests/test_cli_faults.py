@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import HOST, run_cli
 
 #: TVM's C++ warnings go straight to stderr ("[11:21:22] /project/src/...: Warning: ..."): not
 #: ours to format, and not errors.
@@ -96,7 +96,7 @@ def test_a_build_whose_check_fails_is_never_swapped_in(good, tmp_path):
     folder = tmp_path / "build"
     shutil.copytree(good, folder)
     before = (folder / "manifest.json").read_bytes()
-    compiled = api.compile_model(api.import_model("tiny-resnet"), api.get_target("avx512"),
+    compiled = api.compile_model(api.import_model("tiny-resnet"), api.get_target(HOST),
                                  api.BuildOptions())
 
     def fails(staged: Path):

@@ -9,7 +9,7 @@ from tvmfuse import TvmfuseError, zoo
 from tvmfuse.frontend import import_model
 from tvmfuse.specs import TensorSpec, parse_shape, random_inputs
 
-from conftest import REPO
+from conftest import HOST, REPO
 
 
 def test_parse_shape():
@@ -224,7 +224,7 @@ def test_gpt2_with_its_default_cache_imports_and_verifies(tmp_path):
     from tvmfuse.verify import verify
 
     model = import_model(f"{path}:make")
-    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
     checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
     assert len(checks) == 2 and max(c.rel_err for c in checks) < 1e-4
 

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import REPO
+from conftest import HOST, REPO
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +66,13 @@ def test_tune_writes_to_the_user_folder_and_the_build_applies_it_first(installed
     tune = subprocess.run([sys.executable, "-m", "tvmfuse", "tune", "tiny-resnet", "--trials",
                            "0"], capture_output=True, text=True, env=env, cwd=root, timeout=600)
     assert tune.returncode == 0, tune.stderr
-    user = list((root / "cache" / "tvmfuse" / "tuning_logs").glob("avx512-*"))
+    user = list((root / "cache" / "tvmfuse" / "tuning_logs").glob(f"{HOST}-*"))
     assert len(user) == 1 and (user[0] / "database_tuning_record.json").is_file()
     assert {p: p.read_bytes() for p in shipped.rglob("*.json")} == before  # untouched
     applied = _python("""
         import json
         from tvmfuse import api
-        target = api.get_target("avx512")
+        target = api.get_target()
         _, analysis = api.analyze(api.import_model("tiny-resnet"), target, api.BuildOptions(),
                                   until="schedule")
         print(json.dumps({"databases": [str(d) for d in analysis.databases],

@@ -5,7 +5,7 @@ from tvm import relax
 from tvmfuse import api, pipeline, rules
 from tvmfuse.errors import CompileError
 
-from conftest import relax_main
+from conftest import HOST, relax_main
 
 
 def test_operators_left_after_legalization_are_counted_by_name():
@@ -25,7 +25,7 @@ def test_the_legalize_phase_names_an_operator_it_leaves(monkeypatch):
     an operator.)"""
     monkeypatch.setattr(pipeline, "_dispatch_scans", lambda *_: tvm.transform.Sequential([]))
     mod = relax_main({"x": (4, 8)}, lambda bb, x: relax.op.cumsum(x, axis=1))
-    options = pipeline.PipelineOptions(rules=rules.load_rules("avx512"))
+    options = pipeline.PipelineOptions(rules=rules.load_rules(HOST))
     with pytest.raises(CompileError, match=r"phase 4 \(legalize\): TVM has no lowering for "
                                            r"cumsum \(x1\)"):
-        pipeline.run(mod, api.get_target("avx512"), options)
+        pipeline.run(mod, api.get_target(HOST), options)

@@ -4,6 +4,7 @@ import pytest
 
 from tvmfuse import TvmfuseError
 from tvmfuse.rules import RULES, load_rules
+from conftest import HOST
 
 
 def test_shipped_rules_cover_every_rule():
@@ -22,7 +23,7 @@ def test_target_section_overrides_default(tmp_path):
         "[default]\nadd_layer_norm = { enabled = false }\n"
         "[cuda]\nadd_layer_norm = { enabled = true, max_group_size = 3 }\n"
     )
-    assert not load_rules("avx512", path)["add_layer_norm"].enabled
+    assert not load_rules(HOST, path)["add_layer_norm"].enabled
     cuda = load_rules("cuda", path)["add_layer_norm"]
     assert cuda.enabled and cuda.max_group_size == 3
     assert cuda.priority == load_rules("cuda")["add_layer_norm"].priority  # untouched keys stay
@@ -44,12 +45,12 @@ def test_bad_rules_are_one_clear_error(tmp_path, text, message):
     path = tmp_path / "rules.toml"
     path.write_text(text)
     with pytest.raises(TvmfuseError, match=message.replace("[", r"\[").replace("(", r"\(")):
-        load_rules("avx512", path)
+        load_rules(HOST, path)
 
 
 def test_missing_rules_file_is_an_error(tmp_path):
     with pytest.raises(TvmfuseError, match="cannot read fusion rules"):
-        load_rules("avx512", tmp_path / "none.toml")
+        load_rules(HOST, tmp_path / "none.toml")
 
 
 def test_the_registry_is_the_readme_table_and_the_shipped_file():

@@ -4,10 +4,11 @@ database records first, hand-written schedules next, defaults last."""
 import pytest
 
 from tvmfuse import api, strategy
+from conftest import HOST
 
 
 @pytest.mark.parametrize("model", ["tiny-resnet", "tiny-mobilenet", "tiny-transformer"])
-def test_every_kernel_has_a_hand_written_schedule_on_avx512(build_tiny, model):
+def test_every_kernel_has_a_hand_written_schedule_on_this_cpu(build_tiny, model):
     _, folder = build_tiny(model, use_database=False)
     implementations = api.load(folder).manifest["implementations"]
     assert implementations, "the manifest names each kernel's implementation"
@@ -18,7 +19,7 @@ def test_every_kernel_has_a_hand_written_schedule_on_avx512(build_tiny, model):
 def test_convs_are_nhwc_on_cpus_and_nchw_on_gpus():
     model = api.import_model("tiny-resnet")
     options = api.BuildOptions(use_database=False)
-    cpu_mod, _ = api.analyze(model, api.get_target("avx512"), options, until="fold")
+    cpu_mod, _ = api.analyze(model, api.get_target(HOST), options, until="fold")
     gpu_mod, _ = api.analyze(model, api.get_target("cuda-sm90"), options, until="fold")
     assert 'data_layout="NHWC", kernel_layout="HWIO"' in cpu_mod.script(show_meta=False)
     assert "NHWC" not in gpu_mod.script(show_meta=False)
@@ -38,9 +39,9 @@ def test_cuda_kernels_get_dlight_rules():
 
 def test_the_layout_rule_can_be_switched_off(tmp_path):
     rules = tmp_path / "rules.toml"
-    rules.write_text("[avx512]\nconv_layout_nhwc = { enabled = false }\n")
+    rules.write_text(f"[{HOST}]\nconv_layout_nhwc = {{ enabled = false }}\n")
     model = api.import_model("tiny-resnet")
-    mod, analysis = api.analyze(model, api.get_target("avx512"),
+    mod, analysis = api.analyze(model, api.get_target(HOST),
                                 api.BuildOptions(fusion_rules=rules, use_database=False),
                                 until="schedule")
     assert "NHWC" not in mod.script(show_meta=False)
@@ -78,7 +79,7 @@ def test_gelu_erf_is_a_polynomial_on_cpus_and_matches_pytorch(tmp_path):
     from tvmfuse.verify import verify
 
     model = api.import_torch(_linear_gelu(), [torch.randn(2, 16, 64)])
-    target = api.get_target("avx512")
+    target = api.get_target(HOST)
     fast, _ = api.analyze(model, target, api.BuildOptions(), until="fuse_tir")
     assert _erf_calls(fast) == 0
     off = tmp_path / "off.toml"
@@ -116,7 +117,7 @@ def test_sigmoid_is_a_polynomial_on_cpus_and_matches_pytorch(tmp_path):
 
     torch.manual_seed(0)
     model = api.import_torch(ConvSiluTanh().eval(), [torch.randn(1, 8, 12, 12) * 4])
-    target = api.get_target("avx512")
+    target = api.get_target(HOST)
     fast, _ = api.analyze(model, target, api.BuildOptions(), until="fuse_tir")
     assert _exp_calls(fast) == 1  # the tanh
     off = tmp_path / "off.toml"
@@ -126,3 +127,16 @@ def test_sigmoid_is_a_polynomial_on_cpus_and_matches_pytorch(tmp_path):
     compiled = api.compile_model(model, target, api.BuildOptions())
     (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
     assert check.rel_err < 1e-6
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_cuda_builds_replay_their_kernels_as_cuda_graphs(enabled, tmp_path):
+    """``cuda_graph``: the kernels between statically planned allocations are captured as one
+    CUDA graph on the first call and replayed (the VM code calls TVM's capture builtin); off, the
+    VM launches each kernel itself."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text(f"[cuda]\ncuda_graph = {{ enabled = {str(enabled).lower()} }}\n")
+    compiled = api.compile_model(api.import_model("tiny-resnet"), api.get_target("cuda-sm90"),
+                                 api.BuildOptions(use_database=False, fusion_rules=rules))
+    vm_code = compiled.executable.as_text()
+    assert ("vm.builtin.cuda_graph.run_or_capture" in vm_code) == enabled

@@ -13,13 +13,13 @@ import pytest
 from tvmfuse import api
 from tvmfuse.verify import verify
 
-from conftest import REPO
+from conftest import HOST, REPO
 
 sys.path.insert(0, str(REPO / "benchmarks" / "suite"))
 from models import ARCHITECTURES  # noqa: E402
 
 SUITE = "benchmarks/suite/models.py"
-TARGET = api.get_target("avx512")
+TARGET = api.get_target(HOST)
 #: Architectures without attention layers.
 CONVNETS = {"regnet", "efficientnet", "convnext"}
 

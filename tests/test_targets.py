@@ -4,7 +4,7 @@ import pytest
 import tvm
 
 from tvmfuse import TvmfuseError
-from tvmfuse.targets import get_target, target_names
+from tvmfuse.targets import Vector, get_target, host_target_name, target_names
 
 
 def test_every_named_target_is_a_valid_tvm_target_with_a_stable_key():
@@ -25,6 +25,33 @@ def test_avx512_describes_this_host():
     assert spec.config["num-cores"] >= 1
     assert spec.key == f"avx512-{spec.config['mcpu']}"
     assert "avx512f" in spec.cpu_flags
+
+
+def test_avx2_has_eight_lanes_sixteen_registers_and_no_avx512():
+    spec = get_target("avx2")
+    assert spec.vector == Vector(lanes=8, registers=16)
+    assert spec.key == f"avx2-{spec.config['mcpu']}"
+    assert set(spec.cpu_flags) == {"avx2", "fma"}
+    # on an AVX-512 host the host's CPU less AVX-512: a library that runs there, records that
+    # name the CPU that measured them
+    assert ("-avx512f" in spec.config.get("mattr", [])) == ("avx512f" in _flags())
+
+
+def test_the_default_target_runs_on_this_machine():
+    """Without --target, tvmfuse builds for the best vector unit this CPU has (a Zen 3 has
+    no AVX-512: an avx512 library dies there of an illegal instruction)."""
+    name = host_target_name()
+    assert get_target().name == name
+    assert get_target().why_not_runnable() is None
+    expected = "avx512" if "avx512f" in _flags() else "avx2" if {"avx2", "fma"} <= _flags() else None
+    if expected:
+        assert name == expected
+
+
+def _flags() -> set[str]:
+    from tvmfuse.targets import _host_cpu_flags
+
+    return set(_host_cpu_flags())
 
 
 def test_arm64_is_a_cross_target():

@@ -5,9 +5,10 @@ import pytest
 
 from tvmfuse import api, env, strategy, targets
 from tvmfuse.verify import verify
+from conftest import HOST
 
 ZOO = ["resnet50", "mobilenet_v2", "bert-base"]
-TARGET = api.get_target("avx512")
+TARGET = api.get_target(HOST)
 
 
 @pytest.mark.parametrize("name", ZOO)

@@ -38,7 +38,9 @@ class BuildOptions:
     records, and ``use_database=False`` applies none at all.
     ``fusion_rules`` is a rules file over the shipped defaults (see :mod:`tvmfuse.rules`).
     ``dtype`` is the precision the kernels compute in: float32, or float16 (TVM's
-    ToMixedPrecision after the folds; inputs and outputs stay float32). ``fusion=False`` turns
+    ToMixedPrecision after the folds; inputs and outputs stay float32); ``accumulator`` is what
+    the matmuls and convs of a lower precision sum in (None: their own dtype; see
+    :mod:`tvmfuse.strategy.accumulate`). ``fusion=False`` turns
     tvmfuse's own fusion rules off (:data:`tvmfuse.rules.FUSION_RULES`) and keeps the rest: the
     "fusion alone" baseline, same layouts and schedules, TVM's FuseOps only.
     """
@@ -49,6 +51,7 @@ class BuildOptions:
     fusion_rules: Path | None = None
     verify_fusion: bool = False
     dtype: str = "float32"
+    accumulator: str | None = "float32"
     fusion: bool = True
 
 
@@ -165,7 +168,7 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
         # corrupt lines and other targets' records are left out of what the build applies
         applied = tuning_db.usable(analysis.databases, target.config, Path(scratch))
         pipeline_options = pipeline.PipelineOptions(rules, applied, options.verify_fusion,
-                                                    options.dtype)
+                                                    options.dtype, options.accumulator)
         mod = pipeline.run(model.mod, target, pipeline_options, until=until, on_phase=on_phase)
     return mod, analysis
 

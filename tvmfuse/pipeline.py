@@ -23,6 +23,7 @@ from .passes import (
 )
 from .patterns import fusion_patterns
 from .rules import Rule
+from .strategy import accumulate
 from .targets import TargetSpec, relax_backend
 from .verify import TOLERANCE
 
@@ -39,6 +40,9 @@ class PipelineOptions:
     verify_fusion: bool = False
     #: The precision kernels compute in (see :data:`PRECISIONS`).
     dtype: str = "float32"
+    #: What the matmuls and convs of a lower precision sum in (see
+    #: :mod:`tvmfuse.strategy.accumulate`); None keeps their own dtype.
+    accumulator: str | None = "float32"
 
     def __post_init__(self):
         if self.dtype not in PRECISIONS:
@@ -143,7 +147,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         #    outside the kernel that computes `b`, "Var lv25 is not defined").
         Phase("legalize", tvm.transform.Sequential([
             _dispatch_scans(backend, tvm_target),
-            relax.transform.LegalizeOps(family.legalize_overrides(rules)),
+            relax.transform.LegalizeOps(_legalizations(family, rules, options.accumulator)),
             relax.transform.AnnotateTIROpPattern(),
             MarkGathersInjective(),  # embedding lookups and mask gathers join their neighbours
             relax.transform.FoldConstant(),
@@ -177,6 +181,16 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
     ]
     assert tuple(p.name for p in listed) == PHASES
     return listed
+
+
+def _legalizations(family: strategy.Strategy, rules: dict[str, Rule],
+                   accumulator: str | None) -> dict:
+    """The target's own legalizations, with low-precision matmuls and convs summing in
+    ``accumulator`` over them."""
+    overrides = family.legalize_overrides(rules)
+    if accumulator is None:
+        return overrides
+    return {**overrides, **accumulate.legalizations(overrides, accumulator)}
 
 
 def _attention(family: strategy.Strategy, enabled: bool) -> tvm.transform.Pass:
@@ -260,7 +274,8 @@ def run(mod: tvm.IRModule, target: TargetSpec, options: PipelineOptions, *, unti
     """Run the phases on ``mod`` (up to and including ``until``), calling
     ``on_phase(name, mod)`` after each one."""
     # FuseOps' largest group is the elementwise rule's size limit.
-    config = {"relax.FuseOps.max_depth": options.rules["elementwise"].max_group_size}
+    config = {"relax.FuseOps.max_depth": options.rules["elementwise"].max_group_size,
+              **strategy.for_target(target).pipeline_config(options.rules)}
     with target.tvm_target(), tvm.transform.PassContext(opt_level=3, config=config):
         for phase in phases(target, options):
             try:

@@ -1,7 +1,7 @@
 """The fusion rules file: which fusions run, in what order, how large, per target.
 
-A TOML file with a ``[default]`` table and optional per-target tables (``[avx512]``, ``[x86-64]``,
-``[arm64]``, ``[cuda]``) whose entries override the defaults for that target, like CANN's fusion
+A TOML file with a ``[default]`` table and optional per-target tables (``[avx512]``, ``[avx2]``,
+``[x86-64]``, ``[arm64]``, ``[cuda]``) whose entries override the defaults for that target, like CANN's fusion
 switch file but per target. Unknown rules, keys or sections are errors: a typo must not silently
 turn a fusion off.
 """
@@ -47,6 +47,8 @@ REGISTRY = (
     RuleInfo("whole_vector_rows", STRATEGY, "CPU LayerNorm, RMSNorm and softmax reduced in "
                                             "vector accumulators, lanes folded in vectors"),
     RuleInfo("winograd_conv2d", STRATEGY, "CPU 3x3 stride-1 convs as Winograd F(2x2, 3x3)"),
+    RuleInfo("cuda_graph", STRATEGY, "CUDA: the runs of kernels between statically planned "
+                                     "allocations captured once as CUDA graphs and replayed"),
     RuleInfo("prepack_weights", STRATEGY, "CPU conv/GEMM weights packed in panels of the "
                                           "register tile, at build time"),
     RuleInfo("conv_epilogue", FUSION, "conv + bias [+ residual] [+ activation]"),
@@ -59,7 +61,7 @@ REGISTRY = (
 RULES = tuple(r.name for r in REGISTRY)
 #: The rules that are tvmfuse's own fusion (what ``BuildOptions(fusion=False)`` turns off).
 FUSION_RULES = tuple(r.name for r in REGISTRY if r.kind == FUSION)
-SECTIONS = ("default", "avx512", "x86-64", "arm64", "cuda")
+SECTIONS = ("default", "avx512", "avx2", "x86-64", "arm64", "cuda")
 _KEYS = {"enabled": bool, "priority": int, "max_group_size": int}
 
 

@@ -176,6 +176,26 @@ def _avx512(cpu: str | None = None) -> TargetSpec:
     )
 
 
+def _avx2() -> TargetSpec:
+    # AVX2 + FMA (Haswell on, Zen 1-3): eight float32 lanes and sixteen vector registers. On an
+    # AVX-512 host the host's CPU with AVX-512 switched off, so that the library runs there and
+    # its tuning records name the machine that measured them; without AVX2, a generic Haswell.
+    flags = _host_cpu_flags()
+    cpu = _host_cpu() if {"avx2", "fma"} <= flags else "haswell"
+    mattr = {"mattr": ["-avx512f"]} if "avx512f" in flags else {}
+    return TargetSpec(
+        name="avx2",
+        key=f"avx2-{cpu}",
+        config={"kind": "llvm", "mcpu": cpu, **mattr, "num-cores": _host_cores()},
+        device="cpu",
+        arch="x86_64",
+        description=f"an x86-64 CPU with AVX2 and FMA ({cpu}, {_host_cores()} cores)",
+        rules_section="avx2",
+        cpu_flags=("avx2", "fma"),
+        vector=Vector(lanes=8, registers=16),
+    )
+
+
 def _x86_64() -> TargetSpec:
     return TargetSpec(
         name="x86-64",
@@ -228,7 +248,7 @@ def _cuda_sm90() -> TargetSpec:
     )
 
 
-_TARGETS = {"avx512": _avx512, "x86-64": _x86_64,
+_TARGETS = {"avx512": _avx512, "avx2": _avx2, "x86-64": _x86_64,
             **{name: functools.partial(_arm64, name) for name in _ARM_CORES},
             "cuda-sm90": _cuda_sm90}
 
@@ -237,6 +257,20 @@ def avx512_for(cpu: str) -> TargetSpec:
     """The ``avx512`` target as it is on a host whose LLVM CPU is ``cpu`` (e.g. ``znver4``): what
     a committed ``tuning_logs/avx512-<cpu>/`` database was recorded for, whatever this host is."""
     return _avx512(cpu)
+
+
+def host_target_name() -> str:
+    """The target that makes the most of this machine's CPU: ``avx512`` where it has AVX-512,
+    ``avx2`` where it has AVX2 and FMA, ``arm64`` on a 64-bit ARM, else ``x86-64``. What the
+    command line builds for when no ``--target`` is given. Cheap (reads /proc/cpuinfo)."""
+    if platform.machine() == "aarch64":
+        return "arm64"
+    flags = _host_cpu_flags()
+    if "avx512f" in flags:
+        return "avx512"
+    if {"avx2", "fma"} <= flags:
+        return "avx2"
+    return "x86-64"
 
 
 def target_names() -> list[str]:
@@ -251,6 +285,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def get_target(name: str) -> TargetSpec:
-    """The named target, or a TvmfuseError listing the known names."""
-    return _TARGETS[check_name(name)]()
+def get_target(name: str | None = None) -> TargetSpec:
+    """The named target, or a TvmfuseError listing the known names; without a name, this
+    machine's own (:func:`host_target_name`)."""
+    return _TARGETS[check_name(name or host_target_name())]()

@@ -67,9 +67,11 @@ def fast_exp(x):
     return two_n * y
 
 
-def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> tirx.PrimFunc:
+def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1,
+                     registers: int = 32) -> tirx.PrimFunc:
     """The scheduled kernel for ``shape``; ``lanes`` is the fp32 vector width (16 on AVX-512),
-    ``cores`` the threads it should keep busy."""
+    ``registers`` the vector registers (32 on AVX-512, 16 on AVX2), ``cores`` the threads it
+    should keep busy."""
     B, S, H, D = shape.batch, shape.seq, shape.heads, shape.head_dim  # noqa: N806
     SK = shape.kv_seq  # noqa: N806 - keys: S but in cross-attention and decoding
     (CQ, QO), (CK, KO), (CV, VO) = shape.q, shape.k, shape.v  # noqa: N806
@@ -77,7 +79,7 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
     # A mask dimension of 1 is broadcast: its index is multiplied by 0.
     fb, fh, fq, fk = (int(not (isinstance(n, int) and n == 1)) for n in (MB, MH, MQ, MK))
     R = 4  # noqa: N806 - rows computed together: R x TK scores, R x D outputs in registers
-    TK = _key_tile(SK, lanes, D)  # noqa: N806 - keys per tile: whole vectors of scores
+    TK = _key_tile(SK, lanes, D, registers)  # noqa: N806 - keys per tile: whole vectors of scores
     NK = (SK + TK - 1) // TK  # noqa: N806
     NV = TK // lanes  # noqa: N806 - vectors of scores per row
     # Query rows per task: as many as leave four tasks per core (each task transposes its keys
@@ -223,9 +225,10 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1) -> 
     return attention
 
 
-def _key_tile(seq, lanes: int, head_dim: int = 64) -> int:
-    """Keys per tile: a whole number of vectors, up to five (four rows of five vectors of
-    scores, five key vectors and a broadcast are 26 of AVX-512's 32 registers), the one that
+def _key_tile(seq, lanes: int, head_dim: int = 64, registers: int = 32) -> int:
+    """Keys per tile: a whole number of vectors, up to what the registers hold with five to
+    spare (four rows of five vectors of scores, five key vectors and a broadcast are 26 of
+    AVX-512's 32 registers; AVX2's 16 hold two vectors a row), the one that
     costs least by a count of vector operations per query row: each padded key costs its
     multiply-adds (``2 * head_dim / lanes``) and its ``exp`` (about one operation), each tile
     about 20 more (the two reductions, the rescale of the row's output, the bookkeeping). 77
@@ -243,4 +246,5 @@ def _key_tile(seq, lanes: int, head_dim: int = 64) -> int:
         tiles = -(-seq // tile)
         return tiles * (tile * per_key + 20)
 
-    return min((n * lanes for n in range(2, 6)), key=lambda tile: (cost(tile), -tile))
+    most = max(2, (registers - 6) // 5)
+    return min((n * lanes for n in range(2, most + 1)), key=lambda tile: (cost(tile), -tile))

@@ -7,7 +7,7 @@ from tvmfuse import api
 from tvmfuse.passes import Conv1DAsConv2D
 from tvmfuse.verify import verify
 
-from conftest import relax_main
+from conftest import HOST, relax_main
 
 
 def test_conv1d_becomes_a_conv2d_over_height_one():
@@ -47,7 +47,7 @@ class AudioStem(torch.nn.Module):
 def test_audio_stem_takes_the_conv2d_schedule_and_matches_pytorch(tmp_path, frames):
     torch.manual_seed(0)
     model = api.import_torch(AudioStem().eval(), [torch.randn(1, 20, frames)])
-    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
     assert list(compiled.analysis.implementations.values()).count("cpu.conv2d") == 2
     (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
     assert check.rel_err < 1e-5

@@ -7,7 +7,7 @@ from tvm import relax
 from tvmfuse import api
 from tvmfuse.passes import FoldLayoutGlue
 
-from conftest import relax_main
+from conftest import HOST, relax_main
 
 
 def _module(shape, body):
@@ -65,7 +65,7 @@ def test_nhwc_model_meets_the_layout_change_without_copies(tmp_path):
     kernel, the depthwise conv, reading its input as given."""
     torch.manual_seed(0)
     module, x = ChannelsLast(48).eval(), torch.randn(1, 9, 11, 48)
-    compiled = api.compile_model(api.import_torch(module, [x]), api.get_target("avx512"),
+    compiled = api.compile_model(api.import_torch(module, [x]), api.get_target(HOST),
                                  api.BuildOptions(use_database=False))
     assert len(compiled.analysis.kernels) == 1, compiled.analysis.kernels
     assert not any("transpose" in k or "permute" in k for k in compiled.analysis.kernels)
@@ -107,7 +107,7 @@ class Head(nn.Module):
 def test_head_has_no_transpose_kernel_and_matches_pytorch(tmp_path):
     torch.manual_seed(0)
     module, x = Head().eval(), torch.randn(1, 3, 8, 8)
-    compiled = api.compile_model(api.import_torch(module, [x]), api.get_target("avx512"),
+    compiled = api.compile_model(api.import_torch(module, [x]), api.get_target(HOST),
                                  api.BuildOptions(use_database=False))
     # the input's NHWC transpose joins the conv; the pooled [1, 1, 1, 32] goes straight to the
     # linear layer: conv, mean, linear

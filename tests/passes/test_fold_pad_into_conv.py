@@ -7,7 +7,7 @@ from tvmfuse import api
 from tvmfuse.passes import FoldPadIntoConv
 from tvmfuse.verify import verify
 
-from conftest import relax_main
+from conftest import HOST, relax_main
 
 PARAMS = {"x": (1, 8, 16, 16), "w": (8, 1, 3, 3)}
 
@@ -49,7 +49,7 @@ class SamePaddedDepthwise(torch.nn.Module):
 def test_same_padded_depthwise_has_no_pad_or_transpose_kernel_and_matches_pytorch(tmp_path):
     torch.manual_seed(0)
     model = api.import_torch(SamePaddedDepthwise().eval(), [torch.randn(1, 16, 28, 28)])
-    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
     ops = [op for g in compiled.analysis.groups for op in g.ops]
     assert "pad" not in ops
     (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)

@@ -10,8 +10,9 @@ from tvmfuse.names import FUSION as FUSION_ATTR
 from tvmfuse.passes.fuse_attention import AttentionShape
 from tvmfuse.schedules.cpu.attention import attention_kernel
 from tvmfuse.verify import verify
+from conftest import HOST
 
-TARGET = api.get_target("avx512")
+TARGET = api.get_target(HOST)
 
 
 class Attention(nn.Module):
@@ -47,7 +48,7 @@ def _inputs(batch=2, seq=12, dim=32, mask_shape=None, masked=0.3):
 
 
 def _folded(model, **overrides):
-    options = pipeline.PipelineOptions(rules={**rules.load_rules("avx512"), **overrides})
+    options = pipeline.PipelineOptions(rules={**rules.load_rules(HOST), **overrides})
     return pipeline.run(model.mod, TARGET, options, until="fold")
 
 

@@ -8,6 +8,7 @@ from tvmfuse import api
 from tvmfuse.passes import MarkGathersInjective
 from tvmfuse.names import INJECTIVE, OPAQUE
 from tvmfuse.verify import verify
+from conftest import HOST
 
 
 class Embeddings(nn.Module):
@@ -25,7 +26,7 @@ class Embeddings(nn.Module):
 
 def _legalized(module, inputs):
     model = api.import_torch(module.eval(), inputs)
-    with api.get_target("avx512").tvm_target():
+    with api.get_target(HOST).tvm_target():
         mod = relax.transform.LegalizeOps()(model.mod)
         return relax.transform.AnnotateTIROpPattern()(mod)
 
@@ -72,7 +73,7 @@ def test_a_gather_is_retagged_and_a_scatter_is_not():
 def test_embedding_lookup_joins_its_add_and_numbers_match(tmp_path):
     ids = torch.randint(0, 100, (1, 16))
     model = api.import_torch(Embeddings().eval(), [ids])
-    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
     # the ids' cast and the lookup in one kernel, the position add and LayerNorm in another
     assert len(compiled.analysis.kernels) == 2
     assert any(g.ops[:3] == ("cast", "reshape", "take") for g in compiled.analysis.groups)

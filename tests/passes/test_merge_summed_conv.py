@@ -7,7 +7,7 @@ from tvm import relax
 from tvmfuse import api
 from tvmfuse.passes import MergeSummedConv
 
-from conftest import relax_main
+from conftest import HOST, relax_main
 
 rng = np.random.default_rng(0)
 WA = rng.standard_normal((1, 1, 8, 16)).astype("float32")  # HWIO
@@ -77,7 +77,7 @@ def test_downsample_block_is_one_kernel_and_matches_pytorch(tmp_path):
     module = Downsample().eval()
     h, x = torch.randn(1, 8, 7, 7), torch.randn(1, 16, 14, 14)
     model = api.import_torch(module, [h, x])
-    compiled = api.compile_model(model, api.get_target("avx512"),
+    compiled = api.compile_model(model, api.get_target(HOST),
                                  api.BuildOptions(use_database=False))
     convs = [g for g in compiled.analysis.groups if "conv2d" in g.ops]
     assert len(convs) == 1

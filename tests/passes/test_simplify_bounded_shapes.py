@@ -7,6 +7,7 @@ from tvm import relax, tirx
 from tvmfuse import api
 from tvmfuse.passes import SimplifyBoundedShapes
 from tvmfuse.verify import verify
+from conftest import HOST
 
 
 def _positions(bound: int | None, axis: int = 1, inbound: bool = False):
@@ -59,7 +60,7 @@ def test_numbers_against_pytorch_at_several_lengths(tmp_path):
     model = api.import_torch(Positions(), [ids], dynamic=["seq"], max_seq=64)
     assert model.bounds == {"seq": 64}
     assert model.outputs[0].shape == (1, "seq", 16)  # not an unknown shape
-    target = api.get_target("avx512")
+    target = api.get_target(HOST)
     deployed = api.load(api.build(api.compile_model(
         model, target, api.BuildOptions(use_database=False)), tmp_path / "out"))
     checks = verify(deployed, model)

@@ -7,8 +7,9 @@ import pytest
 from tvmfuse import api, pipeline
 from tvmfuse.passes import verify_fusion
 from tvmfuse.verify import verify
+from conftest import HOST
 
-TARGET = api.get_target("avx512")
+TARGET = api.get_target(HOST)
 
 
 def _analyze(model, **options):

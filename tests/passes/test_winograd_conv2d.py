@@ -12,6 +12,7 @@ from tvmfuse.passes.winograd_conv2d import (
 )
 from tvmfuse.names import LAYOUT_REWRITE_PREPROC
 from tvmfuse.verify import verify
+from conftest import HOST
 
 
 def test_transformed_weights_give_the_direct_conv_on_one_tile():
@@ -41,11 +42,11 @@ class Block(nn.Module):
 
 def _analyze(size: int, tmp_path, until: str, channels: int = 32):
     rules = tmp_path / "rules.toml"
-    rules.write_text("[avx512]\nwinograd_conv2d = { enabled = true }\n")
+    rules.write_text(f"[{HOST}]\nwinograd_conv2d = {{ enabled = true }}\n")
     torch.manual_seed(0)
     model = api.import_torch(Block(channels).eval(), [torch.randn(1, channels, size, size)])
     options = api.BuildOptions(fusion_rules=rules, use_database=False)
-    mod, analysis = api.analyze(model, api.get_target("avx512"), options, until=until)
+    mod, analysis = api.analyze(model, api.get_target(HOST), options, until=until)
     return model, options, mod, analysis
 
 
@@ -76,7 +77,7 @@ def test_the_rule_rewrites_stride_one_3x3_convs_and_matches_pytorch(size, tmp_pa
     assert {implementations[k] for k in outputs} == (
         {"cpu.winograd_transform"} if size % 2 == 0 else {"cpu.elementwise"})  # odd: cropped
 
-    compiled = api.compile_model(model, api.get_target("avx512"), options)
+    compiled = api.compile_model(model, api.get_target(HOST), options)
     (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
     assert check.rel_err < 1e-5
 
@@ -96,14 +97,14 @@ def test_an_output_transform_before_the_nchw_transpose_is_left_to_the_elementwis
     """The model's last conv: FuseOps joins the layout transpose back to NCHW to its output
     transform, which the Winograd rule (NHWC loops) must not take."""
     rules = tmp_path / "rules.toml"
-    rules.write_text("[avx512]\nwinograd_conv2d = { enabled = true }\n")
+    rules.write_text(f"[{HOST}]\nwinograd_conv2d = {{ enabled = true }}\n")
     torch.manual_seed(0)
     module = nn.Sequential(nn.Conv2d(32, 32, 3, padding=1), nn.ReLU()).eval()
     model = api.import_torch(module, [torch.randn(1, 32, 12, 12)])
     options = api.BuildOptions(fusion_rules=rules, use_database=False)
-    _, analysis = api.analyze(model, api.get_target("avx512"), options, until="schedule")
+    _, analysis = api.analyze(model, api.get_target(HOST), options, until="schedule")
     (output,) = [k for k in analysis.kernels if k.startswith(f"fused_{OUTPUT_TRANSFORM}")]
     assert "transpose" in output and analysis.implementations[output] == "cpu.elementwise"
-    compiled = api.compile_model(model, api.get_target("avx512"), options)
+    compiled = api.compile_model(model, api.get_target(HOST), options)
     (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
     assert check.rel_err < 1e-5

@@ -7,6 +7,7 @@ from torch import nn
 
 from tvmfuse import api
 from tvmfuse.verify import verify
+from conftest import HOST
 
 class QuickGELU(nn.Module):
     """CLIP's activation."""
@@ -41,13 +42,13 @@ def _compute_kernels(analysis) -> list[str]:
 
 def _groups(model, rules=None):
     options = api.BuildOptions(fusion_rules=rules)
-    _, analysis = api.analyze(model, api.get_target("avx512"), options)
+    _, analysis = api.analyze(model, api.get_target(HOST), options)
     return analysis
 
 
 def _build_and_verify(model, tmp_path, rules=None):
     options = api.BuildOptions(fusion_rules=rules)
-    compiled = api.compile_model(model, api.get_target("avx512"), options)
+    compiled = api.compile_model(model, api.get_target(HOST), options)
     return verify(api.load(api.build(compiled, tmp_path / "out")), model)
 
 
@@ -147,7 +148,7 @@ def test_max_group_size_splits_a_long_epilogue(tmp_path):
 
 def test_disabled_family_isolates_its_anchors(tmp_path):
     rules = tmp_path / "rules.toml"
-    rules.write_text("[avx512]\nconv_epilogue = { enabled = false }\n")
+    rules.write_text(f"[{HOST}]\nconv_epilogue = {{ enabled = false }}\n")
     model = api.import_model("tiny-resnet")
     analysis = _groups(model, rules)
     assert not any("conv2d" in g.ops for g in analysis.groups)

@@ -3,6 +3,7 @@ from torch import nn
 
 from tvmfuse import api
 from tvmfuse.verify import verify
+from conftest import HOST
 
 
 class AddNorm(nn.Module):
@@ -17,17 +18,17 @@ class AddNorm(nn.Module):
 def test_residual_add_and_layer_norm_are_one_kernel(tmp_path):
     torch.manual_seed(0)
     model = api.import_torch(AddNorm(), [torch.randn(2, 8, 32), torch.randn(2, 8, 32)])
-    _, analysis = api.analyze(model, api.get_target("avx512"), api.BuildOptions())
+    _, analysis = api.analyze(model, api.get_target(HOST), api.BuildOptions())
     norm_group = next(g for g in analysis.groups if "layer_norm" in g.ops)
     assert norm_group.rule == "tvmfuse.add_layer_norm.affine"
     assert norm_group.ops == ("add", "layer_norm")
-    compiled = api.compile_model(model, api.get_target("avx512"), api.BuildOptions())
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
     verify(api.load(api.build(compiled, tmp_path / "out")), model)
 
 
 def test_layer_norm_without_a_residual_is_no_match():
     model = api.import_torch(nn.LayerNorm(32), [torch.randn(2, 32)])
-    _, analysis = api.analyze(model, api.get_target("avx512"), api.BuildOptions())
+    _, analysis = api.analyze(model, api.get_target(HOST), api.BuildOptions())
     assert not analysis.groups and analysis.kernels == ["layer_norm"]
 
 
@@ -49,7 +50,7 @@ def _linear_add_norm():
 
 def test_layer_norm_joins_the_epilogue_of_its_gemm(tmp_path):
     model = _linear_add_norm()
-    compiled = api.compile_model(model, api.get_target("avx512"),
+    compiled = api.compile_model(model, api.get_target(HOST),
                                  api.BuildOptions(use_database=False))
     (group,) = compiled.analysis.groups
     assert group.rule == "tvmfuse.layer_norm_epilogue.bias_add"
@@ -62,9 +63,9 @@ def test_layer_norm_joins_the_epilogue_of_its_gemm(tmp_path):
 
 def test_layer_norm_epilogue_is_off_where_the_rules_say_so(tmp_path):
     rules = tmp_path / "rules.toml"
-    rules.write_text("[avx512]\nlayer_norm_epilogue = { enabled = false }\n")
+    rules.write_text(f"[{HOST}]\nlayer_norm_epilogue = {{ enabled = false }}\n")
     model = _linear_add_norm()
-    for target, options in ((api.get_target("avx512"), api.BuildOptions(fusion_rules=rules)),
+    for target, options in ((api.get_target(HOST), api.BuildOptions(fusion_rules=rules)),
                             (api.get_target("cuda-sm90"), api.BuildOptions())):
         _, analysis = api.analyze(model, target, options)
         # the GEMM keeps bias and residual; the LayerNorm is a kernel of its own

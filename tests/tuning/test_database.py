@@ -11,12 +11,13 @@ from tests.conftest import run_cli
 from tvmfuse import api
 from tvmfuse.passes import ApplyScheduleRules
 from tvmfuse.tuning import database
+from conftest import HOST
 
-HOST = api.get_target("avx512").config
+HOST_CONFIG = api.get_target(HOST).config
 ARM = api.get_target("arm64").config
 
 
-def _record(workload: int, seconds: float, target: dict = HOST, trace: str = "t") -> list:
+def _record(workload: int, seconds: float, target: dict = HOST_CONFIG, trace: str = "t") -> list:
     return [workload, [[[trace]], [seconds], dict(target), []]]
 
 
@@ -53,7 +54,7 @@ def test_purge_drops_failed_foreign_and_orphaned(tmp_path):
     records = [_record(0, 1e10), _record(1, 0.001), _record(2, 0.002, ARM)]
     folder = _write(tmp_path, [0, 1, 2], records, ["not json"])
     db = database.read(folder)
-    dropped = database.purge(db, HOST)
+    dropped = database.purge(db, HOST_CONFIG)
     assert dropped == {"failed": 1, "other target": 1, "corrupt lines": 1,
                        "workloads without records": 2}
     assert db.workloads == [["h1", "workload-1"]]
@@ -93,14 +94,14 @@ def test_concurrent_merges_lose_nothing(tmp_path):
 def test_a_build_skips_other_targets_records(tmp_path, caplog):
     folder = _write(tmp_path / "db", [0, 1], [_record(0, 0.001, ARM), _record(1, 0.001)])
     with caplog.at_level(logging.WARNING):
-        usable = database.usable(folder, HOST, tmp_path / "scratch")
+        usable = database.usable(folder, HOST_CONFIG, tmp_path / "scratch")
     assert usable == tmp_path / "scratch"
     assert "1 record(s) for another target" in caplog.text and '"mtriple"' in caplog.text
     assert len(database.read(usable).records) == 1
     only_arm = _write(tmp_path / "arm", [0], [_record(0, 0.001, ARM)])
-    assert database.usable(only_arm, HOST, tmp_path / "scratch2") is None
+    assert database.usable(only_arm, HOST_CONFIG, tmp_path / "scratch2") is None
     clean = _write(tmp_path / "clean", [0], [_record(0, 0.001)])
-    assert database.usable(clean, HOST, tmp_path / "scratch3") == clean
+    assert database.usable(clean, HOST_CONFIG, tmp_path / "scratch3") == clean
 
 
 def test_an_interrupted_tuning_job_keeps_its_records(monkeypatch, tmp_path):
@@ -111,7 +112,7 @@ def test_an_interrupted_tuning_job_keeps_its_records(monkeypatch, tmp_path):
     from tvm.s_tir import meta_schedule as ms
 
     tune_module = importlib.import_module("tvmfuse.tuning.tune")  # the package exports tune()
-    target = api.get_target("avx512").tvm_target()
+    target = api.get_target(HOST).tvm_target()
     searched = []
 
     def interrupted(*, database, **_):  # one candidate measured, then Ctrl-C
@@ -127,7 +128,7 @@ def test_an_interrupted_tuning_job_keeps_its_records(monkeypatch, tmp_path):
     monkeypatch.setattr(tune_module, "_tune_context", lambda task, _trials: searched.append(task))
     db_dir = tmp_path / "db"
     model = api.import_model("tiny-resnet")
-    mod, _ = api.analyze(model, api.get_target("avx512"), api.BuildOptions(use_database=False))
+    mod, _ = api.analyze(model, api.get_target(HOST), api.BuildOptions(use_database=False))
     with target, pytest.raises(KeyboardInterrupt):
         tune_module.tune(mod, target, db_dir, trials=1, scheduler=ApplyScheduleRules([]),
                          progress=False)
@@ -139,13 +140,13 @@ def test_an_interrupted_tuning_job_keeps_its_records(monkeypatch, tmp_path):
 def test_db_cli_check_stats_purge_merge(tmp_path):
     folder = _write(tmp_path / "db", [0, 1], [_record(0, 1e10), _record(1, 0.001, ARM)],
                     ["{broken"])
-    check = run_cli("db", "check", str(folder), "--target", "avx512")
+    check = run_cli("db", "check", str(folder), "--target", HOST)
     assert check.returncode == 1
     assert "database_tuning_record.json line 3: not valid JSON" in check.stdout
     assert "1 record(s) for another target" in check.stdout
     stats = json.loads(run_cli("db", "stats", str(folder), "--json").stdout)
     assert (stats["workloads"], stats["records"], stats["failed_records"]) == (2, 2, 1)
-    purge = run_cli("db", "purge", str(folder), "--target", "avx512")
+    purge = run_cli("db", "purge", str(folder), "--target", HOST)
     assert purge.returncode == 0, purge.stderr
     assert run_cli("db", "check", str(folder)).returncode == 0
     other = _write(tmp_path / "other", [5], [_record(0, 0.002)])

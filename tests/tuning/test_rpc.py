@@ -9,8 +9,9 @@ import pytest
 
 from tvmfuse import TvmfuseError, api
 from tvmfuse.tuning import database
+from conftest import HOST
 
-TARGET = api.get_target("avx512")
+TARGET = api.get_target(HOST)
 KEY = "tvmfuse-loopback"
 
 

@@ -10,8 +10,9 @@ from tvm.s_tir import meta_schedule as ms
 from tvmfuse import TvmfuseError, api
 from tvmfuse.tuning.tune import plan_tasks
 from tvmfuse.verify import verify
+from conftest import HOST
 
-TARGET = api.get_target("avx512")
+TARGET = api.get_target(HOST)
 
 
 @pytest.fixture(scope="module")

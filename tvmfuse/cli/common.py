@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import TvmfuseError
 from ..specs import DYNAMIC_DIMS, check_dynamic, parse_shape
-from ..targets import check_name, target_names
+from ..targets import check_name, host_target_name, target_names
 
 #: --dtype -> the precision the kernels compute in (float32 everywhere but float16 storage in
 #: a fp16 build; see tvmfuse.pipeline.PRECISIONS).
@@ -44,8 +44,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify-fusion", action="store_true",
                         help="check each fused group against its ops run one by one; split back "
                              "any that fails to build or to match")
-    parser.add_argument("--target", default="avx512",
-                        help=f"one of {', '.join(target_names())} (default: avx512, this host)")
+    parser.add_argument("--target", default=host_target_name(),
+                        help=f"one of {', '.join(target_names())} (default: {host_target_name()}, "
+                             f"this host's)")
     parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
                         help="precision: fp32 (default), or fp16 (TVM's ToMixedPrecision: "
                              "tensors and matmul accumulators in float16; inputs and outputs stay "

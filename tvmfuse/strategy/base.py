@@ -33,6 +33,10 @@ class Strategy:
         :class:`tvmfuse.passes.FuseAttention`), or None where there is none."""
         return None
 
+    def pipeline_config(self, rules: dict[str, Rule]) -> dict:
+        """PassContext options for the pipeline's graph-level phases (TVM's Relax passes)."""
+        return {}
+
     def lowering_config(self) -> dict:
         """PassContext options for lowering the scheduled kernels (``tvm.compile``)."""
         return {}

@@ -58,7 +58,8 @@ class CpuStrategy(Strategy):
         return ApplyScheduleRules(cpu.rules(self.target.vector))
 
     def attention_kernel(self):
-        return functools.partial(attention_kernel, lanes=self.target.vector.lanes,
+        vector = self.target.vector
+        return functools.partial(attention_kernel, lanes=vector.lanes, registers=vector.registers,
                                  cores=int(self.target.config.get("num-cores", 1)))
 
     def prepacks_weights(self, rules: dict[str, Rule]) -> bool:

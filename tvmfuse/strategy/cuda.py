@@ -8,6 +8,7 @@ from tvm.s_tir import dlight as dl
 from ..passes import ApplyScheduleRules
 from ..schedules.cuda.attention import attention_kernel
 from ..schedules.cuda.matmul import TensorCoreMatmul
+from ..rules import Rule
 from .base import Strategy
 
 
@@ -19,6 +20,13 @@ class CudaStrategy(Strategy):
             [TensorCoreMatmul("float16"), dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
              dl.gpu.GeneralReduction(), dl.gpu.Fallback()],
             small_reduction_rules=[dl.gpu.Fallback()])
+
+    def pipeline_config(self, rules: dict[str, Rule]) -> dict:
+        """``cuda_graph``: the VM function's runs of kernels between allocations it plans
+        statically, captured as CUDA graphs on the first call and replayed after
+        (RewriteCUDAGraph): at batch 1 a model's 50-150 launches cost more host time than the
+        GPU spends on them (BERT-base fp16 b1 on the H200: 1.07 -> 0.87 ms)."""
+        return {"relax.backend.use_cuda_graph": rules["cuda_graph"].enabled}
 
     def lowering_config(self) -> dict:
         """Copies that the schedules pipeline (``software_pipeline_async_stages``) as cp.async:
