@@ -44,13 +44,13 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify-fusion", action="store_true",
                         help="check each fused group against its ops run one by one; split back "
                              "any that fails to build or to match")
-    parser.add_argument("--target", default=host_target_name(),
-                        help=f"one of {', '.join(target_names())} (default: {host_target_name()}, "
-                             f"this host's)")
+    host = host_target_name()
+    parser.add_argument("--target", default=host,
+                        help=f"one of {', '.join(target_names())} (default: {host}, this host's)")
     parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
                         help="precision: fp32 (default), or fp16 (TVM's ToMixedPrecision: "
-                             "tensors and matmul accumulators in float16; inputs and outputs stay "
-                             "float32)")
+                             "tensors in float16, matmuls and convs summing in float32; inputs "
+                             "and outputs stay float32)")
 
 
 def _dynamic_dims(text: str) -> list[str]:
