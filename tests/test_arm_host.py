@@ -64,9 +64,12 @@ def test_a_short_tuning_run_over_rpc_on_the_emulated_host(arm_rpc, tmp_path, mon
     assert all(database.same_target(db.target_of(r), target) for r in db.records)
 
 
-def test_keys_starting_with_qemu_are_emulators():
-    assert Remote.parse(f"127.0.0.1:9190:{arm_host.KEY}").emulated
-    assert not Remote.parse("10.0.0.7:9190:rpi5").emulated
+def test_keys_starting_with_qemu_are_emulators_and_get_longer_sessions():
+    emulator, board = Remote.parse(f"127.0.0.1:9190:{arm_host.KEY}"), Remote.parse(
+        "10.0.0.7:9190:rpi5")
+    assert emulator.emulated and not board.emulated
+    assert emulator.session_timeout > board.session_timeout
+    assert emulator.runner_config().session_timeout_sec == emulator.session_timeout
 
 
 def test_tuning_on_an_emulator_into_the_real_arm_database_is_refused(tmp_path, monkeypatch):

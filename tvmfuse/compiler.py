@@ -247,11 +247,19 @@ def _log_implementations(analysis: Analysis) -> None:
              ", ".join(sorted(set(untuned))) or "none")
 
 
-def _dump_device_sources(executable, folder: Path) -> None:
-    """Write the generated device code (CUDA C for GPU targets) beside the IR dumps."""
+def cuda_source(executable) -> str | None:
+    """The CUDA C of a build's kernels (None for a CPU build)."""
     pending = list(executable.mod.imports)
     while pending:
         module = pending.pop()
         pending.extend(module.imports)
         if module.kind == "cuda":
-            (folder / "kernels.cu").write_text(module.inspect_source())
+            return module.inspect_source()
+    return None
+
+
+def _dump_device_sources(executable, folder: Path) -> None:
+    """Write the generated device code (CUDA C for GPU targets) beside the IR dumps."""
+    source = cuda_source(executable)
+    if source is not None:
+        (folder / "kernels.cu").write_text(source)

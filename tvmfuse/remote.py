@@ -13,8 +13,12 @@ from dataclasses import dataclass
 from . import env
 from .errors import TvmfuseError, one_line
 
-#: How long one RPC session may last (a measurement, or one candidate's runs).
+#: How long one RPC session with a device may last (a measurement, one candidate's runs, or
+#: a deployed model's runs), and how many times longer on an emulator: qemu-user runs the
+#: aarch64 code many times slower than a board (the CI machine's emulated MobileNetV2 session
+#: outlasted 120 s).
 SESSION_TIMEOUT_S = 120
+EMULATOR_SLOWDOWN = 5
 #: Device keys that start with this name an emulator (``tvmfuse arm-host`` registers
 #: ``qemu-arm64``): what is measured there says nothing about the hardware's speed.
 EMULATED_PREFIX = "qemu-"
@@ -42,11 +46,15 @@ class Remote:
     def emulated(self) -> bool:
         return self.key.startswith(EMULATED_PREFIX)
 
+    @property
+    def session_timeout(self) -> int:
+        return SESSION_TIMEOUT_S * (EMULATOR_SLOWDOWN if self.emulated else 1)
+
     def runner_config(self):
         from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
 
         return ms.runner.RPCConfig(tracker_host=self.host, tracker_port=self.port,
-                                   tracker_key=self.key, session_timeout_sec=SESSION_TIMEOUT_S)
+                                   tracker_key=self.key, session_timeout_sec=self.session_timeout)
 
     def check_reachable(self) -> None:
         """A TvmfuseError within ``TVMFUSE_RPC_CONNECT_TIMEOUT`` seconds when nothing listens at
@@ -74,7 +82,7 @@ class Remote:
             # a request for a key no server registered would wait forever
             if self.key not in tracker.summary().get("queue_info", {}):
                 raise RuntimeError(f"the tracker knows no device {self.key!r}")
-            return tracker.request(self.key, priority=1, session_timeout=SESSION_TIMEOUT_S)
+            return tracker.request(self.key, priority=1, session_timeout=self.session_timeout)
         except Exception as err:  # noqa: BLE001 - socket and RPC errors alike: one line
             raise TvmfuseError(
                 f"no RPC device {self.key!r} at tracker {self.host}:{self.port} "

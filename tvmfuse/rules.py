@@ -40,7 +40,8 @@ REGISTRY = (
                                         "over their concatenated inputs"),
     RuleInfo("fused_attention", FUSION, "head split .. softmax .. head merge as one kernel"),
     RuleInfo("fold_layout_glue", FUSION, "transposes and reshapes that move no data folded away"),
-    RuleInfo("conv_layout_nhwc", STRATEGY, "CPU convs in NHWC with HWIO weights (GPUs keep NCHW)"),
+    RuleInfo("conv_layout_nhwc", STRATEGY, "convs in NHWC, weights HWIO on CPUs and OHWI on CUDA "
+                                           "(an implicit GEMM on tensor cores)"),
     RuleInfo("fast_erf", STRATEGY, "CPU GELU's erf as a polynomial that vectorizes"),
     RuleInfo("fast_exp", STRATEGY, "CPU sigmoid (SiLU, quick GELU, gates) and tanh GELU as "
                                    "polynomials that vectorize"),

@@ -4,7 +4,10 @@ epilogue applied on the way out.
 
 A kernel whose one reduction is a matmul of ``in_dtype`` operands (any batch, any layout of its
 operands: TVM's ``reindex`` and dlight's index maps bring it to ``C[s, i, j] += A[s, i, k] *
-B[s, j, k]``) is scheduled as
+B[s, j, k]``) is scheduled as below. An NHWC conv with OHWI weights is such a kernel, an implicit
+GEMM: i runs over the output pixels, j over the output channels, k over the window and the input
+channels (C innermost, so that 8 of k are 16 contiguous bytes where C is a multiple of 8); the
+im2col matrix is never stored, its padding and strides are read into the shared-memory copy.
 
 - a thread block per ``block_m x block_n`` output tile (:class:`MmaTile`, chosen per shape by
   :func:`choose_tile`), ``warps_m x warps_n`` warps each owning ``frag_m x frag_n`` fragments of
@@ -40,6 +43,8 @@ NAME = "cuda.mma_matmul"
 #: One mma fragment of the intrinsics used: 16 x 16 outputs, 16 of K.
 FRAGMENT = 16
 WARP = 32
+#: Narrower N or K than this is left to other rules: an mma fragment would be mostly zeros.
+MIN_EXTENT = 8
 _BYTES = {"float16": 2, "bfloat16": 2, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
@@ -132,8 +137,7 @@ class TensorCoreMatmul(GPUScheduleRule):
         if len(stmt.reads) != 2 or any(str(r.source.dtype) != self.in_dtype for r in stmt.reads):
             return None
         accumulator = str(stmt.writes[0].source.dtype)
-        index_maps = get_index_map(stmt)
-        if accumulator not in ("float32", "float16") or index_maps is None:
+        if accumulator not in ("float32", "float16") or get_index_map(stmt) is None:
             return None
         # B may be stored K-major (a weight as torch stores it: the trans-b intrinsics) or
         # N-major; A must be M-major, the layout the loads to shared memory take
@@ -142,14 +146,13 @@ class TensorCoreMatmul(GPUScheduleRule):
             return None
         trans_b = any(uses(stmt.reads[1].region[-1].min, var) for var in reduction)
         try:
-            return _schedule(sch, main, index_maps, trans_b, self.in_dtype, accumulator,
-                             self.tile, target)
+            return _schedule(sch, main, trans_b, self.in_dtype, accumulator, self.tile, target)
         except (s_tir.ScheduleError, tvm.error.InternalError):
             return None  # a layout the intrinsics do not match
 
 
-def _schedule(sch: s_tir.Schedule, main, index_maps, trans_b: bool, in_dtype: str,
-              accumulator: str, tile: MmaTile | None, target) -> s_tir.Schedule:
+def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulator: str,
+              tile: MmaTile | None, target) -> s_tir.Schedule | None:
     # TVM registers every CUDA intrinsic when this module is imported: about a minute on 2 cores
     from tvm.s_tir.tensor_intrin.cuda import (  # noqa: PLC0415
         get_mma_intrin_group, shared_16x16_to_ldmatrix_32x8_layout,
@@ -157,17 +160,21 @@ def _schedule(sch: s_tir.Schedule, main, index_maps, trans_b: bool, in_dtype: st
 
     # 1. C[s, i, j] += A[s, i, k] * B[s, k, j], or B[s, j, k] where K is B's contiguous axis
     #    (trans_b): the copies to shared memory read 16 contiguous bytes
-    matmul_map, a_map, b_map, c_map = index_maps
     a_copy = sch.reindex(main, ("read", 0))
     b_copy = sch.reindex(main, ("read", 1))
     c_copy = sch.reindex(main, ("write", 0))
+    # the maps of the reindexed block: reindex drops unit loops (a 1x1 conv's R and S), which
+    # the maps of the block as it was still index
+    matmul_map, a_map, b_map, c_map = get_index_map(sch.get(main))
     sch.transform_layout(a_copy, ("write", 0), a_map)
     sch.transform_layout(b_copy, ("write", 0), b_map)
     if not trans_b:
         sch.transform_layout(b_copy, ("write", 0), lambda s, j, k: (s, k, j))
     sch.transform_layout(c_copy, ("read", 0), c_map)
     sch.transform_block_layout(main, matmul_map)
-    batch, m, n, _ = (static_int(sch.get(loop).extent) for loop in sch.get_loops(main))
+    batch, m, n, k = (static_int(sch.get(loop).extent) for loop in sch.get_loops(main))
+    if any(size is not None and size < MIN_EXTENT for size in (n, k)):
+        return None  # a depthwise conv's one channel a group: mostly padding on tensor cores
     if tile is None:
         sms = int(target.attrs.get("multi_processor_count", 132)) if target is not None else 132
         tile = choose_tile(batch, m, n, sms)

@@ -2,9 +2,10 @@
 
 Three levers, applied in this order by the pipeline:
 
-1. **Compute and layout** (before fusion): on CPUs the ``conv_layout_nhwc`` rule converts convs
-   to NHWC activations with HWIO weights, so channels are the contiguous, vectorizable axis and
-   the weights are transposed once at build time (FoldConstant), not at run time.
+1. **Compute and layout** (before fusion): the ``conv_layout_nhwc`` rule converts convs to NHWC
+   activations, so channels are the contiguous axis (vectorized on CPUs, the reduction axis that
+   the tensor-core schedule copies 16 bytes at a time on CUDA), with HWIO weights on CPUs and
+   OHWI on CUDA, transposed once at build time (FoldConstant), not at run time.
 2. **Schedules** (after FuseTIR), by precedence: a record from the tuning database, then the
    first hand-written rule from ``schedules/`` that fits the kernel, then TVM's defaults (dlight
    on GPUs).

@@ -3,6 +3,8 @@ its attention kernel (``schedules/cuda/``), dlight's GPU rules for the other ker
 
 from __future__ import annotations
 
+import tvm
+from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from ..passes import ApplyScheduleRules
@@ -13,13 +15,25 @@ from .base import Strategy
 
 
 class CudaStrategy(Strategy):
+    def layout_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
+        """Convs in NHWC with OHWI weights (``conv_layout_nhwc``): as an implicit GEMM the
+        input's contiguous axis is then the reduction's (C), which the tensor-core schedule
+        copies to shared memory 16 bytes a thread, and the weight is stored K-major."""
+        if not rules["conv_layout_nhwc"].enabled:
+            return []
+        return [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}),
+                relax.transform.FoldConstant()]
+
     def scheduler(self) -> ApplyScheduleRules:
-        """fp16 matmuls on tensor cores (``schedules/cuda/matmul.py``), then dlight's rules,
-        and Fallback for kernels whose reductions are tiny (see ApplyScheduleRules)."""
+        """fp16 matmuls and convs on tensor cores (``schedules/cuda/matmul.py``), then
+        dlight's rules; kernels whose reductions are tiny (see ApplyScheduleRules) try the
+        tensor cores too (a 1x1 conv over 40 channels is a GEMM with K = 40 and thousands of
+        rows; the rule leaves a depthwise conv's one channel a group), then Fallback."""
+        mma = TensorCoreMatmul("float16")
         return ApplyScheduleRules(
-            [TensorCoreMatmul("float16"), dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+            [mma, dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
              dl.gpu.GeneralReduction(), dl.gpu.Fallback()],
-            small_reduction_rules=[dl.gpu.Fallback()])
+            small_reduction_rules=[mma, dl.gpu.Fallback()])
 
     def pipeline_config(self, rules: dict[str, Rule]) -> dict:
         """``cuda_graph``: the VM function's runs of kernels between allocations it plans
