@@ -59,6 +59,7 @@ def test_an_installed_copy_finds_the_shipped_database_and_writes_elsewhere(insta
     assert found["user_root"] == str(root / "cache" / "tvmfuse" / "tuning_logs")
 
 
+@pytest.mark.slow  # a tuning and a build in fresh processes of the installed copy: 40 s
 def test_tune_writes_to_the_user_folder_and_the_build_applies_it_first(installed):
     root, env = installed
     shipped = root / "site" / "tvmfuse" / "tuning_logs"

@@ -189,7 +189,8 @@ def _tune(db: Path, trials: int = 4) -> subprocess.Popen:
                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
-@pytest.mark.parametrize("runs", [1, pytest.param(12, marks=pytest.mark.slow)])
+@pytest.mark.slow  # twelve tuning jobs killed: 6 minutes on 2 cores
+@pytest.mark.parametrize("runs", [12])
 def test_tune_killed_with_sigkill_at_random_points_loses_no_measured_record(tmp_path, runs):
     """SIGKILL at seeded random points of tuning jobs (importing, seeding, searching): every
     record a job had measured is in the database after recovery, and the next job resumes."""
@@ -264,8 +265,8 @@ def test_tune_stopped_with_sigterm_merges_what_it_measured(tmp_path, phase):
     assert database.read(db).records  # the seeds it had measured
 
 
-@pytest.mark.parametrize("damage", ["workload line",
-                                    pytest.param("empty workload file", marks=pytest.mark.slow)])
+@pytest.mark.slow  # five CLI processes, a tuning among them: 60 s
+@pytest.mark.parametrize("damage", ["workload line", "empty workload file"])
 def test_every_command_tolerates_a_damaged_database(small, tmp_path, damage):
     """build, tune, check, purge and merge on one damaged database: no traceback, the good
     records kept on their workloads, tune's new records added beside them."""
