@@ -8,6 +8,11 @@ STAMP  := $(VENV)/.installed
 # empty: the best target this CPU runs (avx512, avx2, ...); `make demo TARGET=x86-64` picks one
 TARGET ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers, one a core of the 2-core machines CI and the sessions run on: one test
+# process kept about one core busy (Zen 3, default run: 33 min in one process, then 17 min in two with 400 s of it moved to
+# the slow set);
+# whole files go to one worker, so a module's fixtures (a model built once) are not built twice
+TEST_JOBS ?= 2
 
 .PHONY: demo test test-arm test-slow sysdeps arm-sysdeps clean
 
@@ -41,12 +46,12 @@ demo: $(STAMP)
 	$(BIN)/tvmfuse build resnet50 $(if $(TARGET),--target $(TARGET)) -o build/resnet50 --verify --bench
 
 test: $(STAMP) sysdeps
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 # the long fault-injection runs (tuning jobs killed at many points), whose results RELIABILITY.md
 # records
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m slow -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 # arm64 builds run and tuned over RPC on the emulated host (its root is made once, ~4 minutes).
 test-arm: $(STAMP) arm-sysdeps

@@ -1,5 +1,6 @@
-"""The CUDA strategy: NCHW layouts as imported, tvmfuse's tensor-core GEMM for fp16 matmuls and
-its attention kernel (``schedules/cuda/``), dlight's GPU rules for the other kernels."""
+"""The CUDA strategy: NHWC convs with OHWI weights, tvmfuse's tensor-core GEMM for fp16 matmuls
+and convs and its attention kernel (``schedules/cuda/``), dlight's GPU rules for the other
+kernels."""
 
 from __future__ import annotations
 
