@@ -229,6 +229,18 @@ def _read_stderr(job: subprocess.Popen) -> tuple[list[str], threading.Thread]:
     return chunks, reader
 
 
+def _wait_for_a_seed(job: subprocess.Popen, db: Path, timeout: float) -> bool:
+    """Wait until the running job's folder in ``db`` holds a measured record (True), or the job
+    ended or ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    while not any(database.read(f).records for j in db.glob(f"{database.JOB_PREFIX}*")
+                  for f in database.job_databases(j)):
+        if job.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def _wait_for(job: subprocess.Popen, chunks: list[str], marker: str, timeout: float) -> bool:
     """Wait until ``marker`` is in ``chunks`` (True), or the job ended or ``timeout`` passed."""
     deadline = time.monotonic() + timeout
@@ -241,16 +253,17 @@ def _wait_for(job: subprocess.Popen, chunks: list[str], marker: str, timeout: fl
 
 @pytest.mark.parametrize("phase", ["early", pytest.param("searching", marks=pytest.mark.slow)])
 def test_tune_stopped_with_sigterm_merges_what_it_measured(tmp_path, phase):
-    """SIGTERM 15 s after the start (importing takes about 6, a seed about 1: on 2 cores of a
-    Zen 4 that is while seeding) and while MetaSchedule searches: 3 s after its progress bar
-    appeared, inside its first batch of candidates, where the signal lands inside a TVM call,
-    which hands the exception back as its own. The search is found by its output, not by a
-    time: the seeds took 150 s on one machine and 25 s on another."""
+    """SIGTERM while the job measures its seeds (as soon as its folder holds the first) and
+    while MetaSchedule searches: 3 s after its progress bar appeared, inside its first batch of
+    candidates, where the signal lands inside a TVM call, which hands the exception back as its
+    own. Both moments are found by what the job wrote, not by a time: the seeds took 150 s on
+    one machine and 25 s on another, and a fixed 15 s could land before the first seed where
+    tests run side by side."""
     db = tmp_path / "db"
     job = _tune(db, trials=8)
     chunks, reader = _read_stderr(job)
     if phase == "early":
-        time.sleep(15)
+        assert _wait_for_a_seed(job, db, timeout=600), "".join(chunks)
     else:
         assert _wait_for(job, chunks, "search:", timeout=600), "".join(chunks)
         time.sleep(3)
