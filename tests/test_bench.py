@@ -204,7 +204,9 @@ def test_stock_tvm_applies_the_same_tuning_database(tmp_path):
     assert annotated(tmp_path) and not annotated(None)
 
 
-@pytest.mark.parametrize("target", [HOST, "cuda-sm90"])
+# the CUDA case imports TVM's CUDA intrinsics (80 s on 2 cores) in a second test worker; the
+# default run builds fp16 CUDA kernels in tests/schedules/test_cuda_*.py
+@pytest.mark.parametrize("target", [HOST, pytest.param("cuda-sm90", marks=pytest.mark.slow)])
 def test_float16_transformers_build_with_attention_fused(target, tmp_path):
     """ToMixedPrecision has no policy for call_tir: run after FuseAttention it asked the dtype
     of the kernel itself ("Expected TensorType, but got R.Callable") and no fp16 transformer
