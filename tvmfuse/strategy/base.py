@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import tvm
+from tvm import relax
 
-from ..passes import ApplyScheduleRules
+from ..passes import ApplyScheduleRules, DecomposeClip, NormalizeSqueezeAxes
 from ..rules import Rule
 from ..targets import TargetSpec
 
@@ -44,3 +45,15 @@ class Strategy:
     def prepacks_weights(self, rules: dict[str, Rule]) -> bool:
         """Whether schedules choose the layout of constant weights (packed at build time)."""
         return False
+
+
+def nhwc_convs(kernel_layout: str) -> list[tvm.transform.Pass]:
+    """Convs converted to NHWC activations with ``kernel_layout`` weights, the weights
+    transposed at build time; what ConvertLayout has no rule for is rewritten first, or it
+    would wrap each such op in transposes back to NCHW."""
+    return [
+        DecomposeClip(),  # ConvertLayout has no rule for clip (ReLU6)
+        NormalizeSqueezeAxes(),  # nor for squeeze's negative axes
+        relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", kernel_layout]}),
+        relax.transform.FoldConstant(),
+    ]

@@ -10,12 +10,12 @@ import math
 import tvm
 from tvm import relax, te, tirx, topi
 
-from ..passes import ApplyScheduleRules, DecomposeClip, NormalizeSqueezeAxes, WinogradConv2D
+from ..passes import ApplyScheduleRules, WinogradConv2D
 from ..rules import Rule
 from ..schedules import cpu
 from ..schedules.cpu.attention import attention_kernel
 from . import whole_vectors
-from .base import Strategy
+from .base import Strategy, nhwc_convs
 
 
 class CpuStrategy(Strategy):
@@ -24,13 +24,8 @@ class CpuStrategy(Strategy):
         ``winograd_conv2d`` (which needs NHWC) 3x3 stride-1 convs as Winograd F(2x2, 3x3)."""
         if not rules["conv_layout_nhwc"].enabled:
             return []
-        return [
-            DecomposeClip(),  # ConvertLayout has no rule for clip (ReLU6)
-            NormalizeSqueezeAxes(),  # nor for squeeze's negative axes
-            relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}),
-            relax.transform.FoldConstant(),
-            *([WinogradConv2D()] if rules["winograd_conv2d"].enabled else []),
-        ]
+        return [*nhwc_convs("HWIO"),
+                *([WinogradConv2D()] if rules["winograd_conv2d"].enabled else [])]
 
     def legalize_overrides(self, rules: dict[str, Rule]) -> dict:
         """``fast_erf``: GELU's ``erf`` as ``topi.fast_erf``, a rational polynomial in plain

@@ -5,14 +5,13 @@ kernels."""
 from __future__ import annotations
 
 import tvm
-from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from ..passes import ApplyScheduleRules
 from ..schedules.cuda.attention import attention_kernel
 from ..schedules.cuda.matmul import TensorCoreMatmul
 from ..rules import Rule
-from .base import Strategy
+from .base import Strategy, nhwc_convs
 
 
 class CudaStrategy(Strategy):
@@ -22,8 +21,7 @@ class CudaStrategy(Strategy):
         copies to shared memory 16 bytes a thread, and the weight is stored K-major."""
         if not rules["conv_layout_nhwc"].enabled:
             return []
-        return [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]}),
-                relax.transform.FoldConstant()]
+        return nhwc_convs("OHWI")
 
     def scheduler(self) -> ApplyScheduleRules:
         """fp16 matmuls and convs on tensor cores (``schedules/cuda/matmul.py``), then
