@@ -5,9 +5,6 @@ against PyTorch float32."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
 import torch
@@ -16,6 +13,7 @@ import tvm
 from tvmfuse import api
 from tvmfuse.compiler import cuda_source
 from tvmfuse.schedules.cuda.matmul import NAME
+from conftest import nvcc_compiles
 
 CUDA = api.get_target("cuda-sm90")
 GPU = tvm.cuda(0).exist
@@ -69,12 +67,7 @@ def test_the_conv_source_holds_mma_ldmatrix_and_cp_async_and_nvcc_compiles_it(od
     source = cuda_source(compiled.executable)
     assert source.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") >= 3
     assert "ldmatrix.sync.aligned" in source and "cp.async" in source
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    (tmp_path / "k.cu").write_text(source)
-    done = subprocess.run(["nvcc", "-arch=sm_90", "-c", "-w", str(tmp_path / "k.cu"), "-o",
-                           str(tmp_path / "k.o")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    nvcc_compiles(source, tmp_path)
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")

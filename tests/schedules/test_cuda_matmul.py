@@ -4,9 +4,6 @@ on a machine with an NVIDIA GPU, its numbers against NumPy in float32."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
 import tvm
@@ -14,6 +11,7 @@ from tvm import te
 
 from tvmfuse import api
 from tvmfuse.schedules.cuda.matmul import TILES, MmaTile, TensorCoreMatmul, choose_tile
+from conftest import nvcc_compiles
 
 TARGET = api.get_target("cuda-sm90").tvm_target()
 GPU = tvm.cuda(0).exist
@@ -67,12 +65,7 @@ def test_source_has_mma_ldmatrix_and_cp_async_and_nvcc_compiles_it(tmp_path, m, 
     aligned = k % 8 == 0 and (weight_nk or n % 8 == 0)
     assert ("cp.async.cg.shared.global" in source) == aligned
     assert "cp.async.wait_group" in source
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    (tmp_path / "k.cu").write_text(source)
-    done = subprocess.run(["nvcc", "-arch=sm_90", "-c", "-w", str(tmp_path / "k.cu"), "-o",
-                           str(tmp_path / "k.o")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
+    nvcc_compiles(source, tmp_path)
 
 
 def test_takes_only_fp16_matmuls():
