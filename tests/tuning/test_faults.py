@@ -229,12 +229,10 @@ def _read_stderr(job: subprocess.Popen) -> tuple[list[str], threading.Thread]:
     return chunks, reader
 
 
-def _wait_for_a_seed(job: subprocess.Popen, db: Path, timeout: float) -> bool:
-    """Wait until the running job's folder in ``db`` holds a measured record (True), or the job
-    ended or ``timeout`` passed."""
+def _wait_until(job: subprocess.Popen, done, timeout: float) -> bool:
+    """Wait until ``done()`` (True), or the job ended or ``timeout`` passed."""
     deadline = time.monotonic() + timeout
-    while not any(database.read(f).records for j in db.glob(f"{database.JOB_PREFIX}*")
-                  for f in database.job_databases(j)):
+    while not done():
         if job.poll() is not None or time.monotonic() > deadline:
             return False
         time.sleep(0.2)
@@ -243,12 +241,15 @@ def _wait_for_a_seed(job: subprocess.Popen, db: Path, timeout: float) -> bool:
 
 def _wait_for(job: subprocess.Popen, chunks: list[str], marker: str, timeout: float) -> bool:
     """Wait until ``marker`` is in ``chunks`` (True), or the job ended or ``timeout`` passed."""
-    deadline = time.monotonic() + timeout
-    while marker not in "".join(chunks):
-        if job.poll() is not None or time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
+    return _wait_until(job, lambda: marker in "".join(chunks), timeout)
+
+
+def _wait_for_a_seed(job: subprocess.Popen, db: Path, timeout: float) -> bool:
+    """Wait until the running job's folder in ``db`` holds a measured record (True), or the job
+    ended or ``timeout`` passed."""
+    return _wait_until(job, lambda: any(
+        database.read(f).records for j in db.glob(f"{database.JOB_PREFIX}*")
+        for f in database.job_databases(j)), timeout)
 
 
 @pytest.mark.parametrize("phase", ["early", pytest.param("searching", marks=pytest.mark.slow)])
