@@ -9,9 +9,9 @@ STAMP  := $(VENV)/.installed
 TARGET ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers, one a core of the 2-core machines CI and the sessions run on: one test
-# process kept about one core busy (Zen 3, default run: 33 min in one process, then 17 min in two with 400 s of it moved to
-# the slow set);
-# whole files go to one worker, so a module's fixtures (a model built once) are not built twice
+# process kept about one core busy (Zen 3, default run: 33 min in one process; 17-19 min in two,
+# with 400 s of it moved to the slow set). Whole files go to one worker, so a module's fixtures
+# (a model built once) are not built twice.
 TEST_JOBS ?= 2
 
 .PHONY: demo test test-arm test-slow sysdeps arm-sysdeps clean
