@@ -34,8 +34,8 @@ def test_mobilenet_v2_built_for_arm64_runs_on_the_emulated_host_and_matches_pyto
     model = api.import_model("mobilenet_v2")
     out = api.build(api.compile_model(model, ARM64, api.BuildOptions()), tmp_path / "mbv2")
     assert (out / "model.so").read_bytes()[:4] == b"\x7fELF"
-    deployed = api.load(out, arm_rpc)
-    (output,) = deployed.run(model.example_inputs)
+    with api.load(out, arm_rpc) as deployed:  # the emulator serves one session at a time
+        (output,) = deployed.run(model.example_inputs)
     (reference,) = model.reference(*model.example_inputs)
     rel_err = np.linalg.norm(output - reference) / np.linalg.norm(reference)
     assert rel_err < 1e-4

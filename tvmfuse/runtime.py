@@ -5,6 +5,7 @@ This is the deployment path (`tvmfuse run`); keep its imports to numpy, tvm and 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import zipfile
@@ -36,6 +37,24 @@ class Deployed:
     device: object
     #: The RPC address it runs at, or None when it runs in this process.
     rpc: str | None = None
+    #: The RPC session, while open (see :meth:`close`).
+    session: object = None
+
+    def __enter__(self) -> Deployed:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """End the RPC session, if any: the tracker lends its device to one session at a time, so
+        an open one makes the next request for that device wait until it times out (600 s on the
+        emulator: CI's arm test, holding one while it ran ``tvmfuse run --rpc``, waited on
+        itself). The session ends when nothing refers to it; nothing runs here afterwards."""
+        if self.session is None:
+            return
+        self.vm = self.device = self.session = None
+        gc.collect()
 
     @property
     def precision(self) -> str:
@@ -45,6 +64,7 @@ class Deployed:
 
     def run(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Run one inference; checks every input against the manifest first."""
+        self._check_open()
         self.check_inputs(arrays)
         args = self._to_device(arrays)
         if self.rpc is None:
@@ -96,6 +116,11 @@ class Deployed:
 
         return run_once
 
+    def _check_open(self) -> None:
+        if self.vm is None:
+            raise TvmfuseError(f"the build in {self.path} was closed (its RPC session ended); "
+                               f"load it again")
+
     def _to_device(self, arrays):
         import tvm  # noqa: PLC0415
 
@@ -104,6 +129,7 @@ class Deployed:
 
     def remote_times(self, arrays: list[np.ndarray], repeat: int) -> list[float]:
         """Seconds of ``repeat`` runs timed on the remote device itself (RPC builds)."""
+        self._check_open()
         self.vm.set_input("main", *self._to_device(arrays))
         timer = self.vm.time_evaluator("invoke_stateful", self.device, number=1, repeat=repeat)
         return list(timer("main").results)
@@ -131,6 +157,7 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
     import tvm  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
 
+    session = None
     if rpc is None:
         reason = target.why_not_runnable()
         if reason:
@@ -150,7 +177,7 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
         module = session.load_module(library.name)
         device = target.device_of(session)
     return Deployed(path, manifest, inputs, outputs, relax.VirtualMachine(module, device),
-                    device, rpc)
+                    device, rpc, session)
 
 
 def file_digest(path: Path) -> dict:

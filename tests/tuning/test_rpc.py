@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from tvmfuse import TvmfuseError, api
@@ -57,7 +58,7 @@ def tracker():
             proc.wait(timeout=10)
 
 
-@pytest.mark.slow  # 140 s; the arm tests (make test-arm, in CI) also search over RPC
+@pytest.mark.slow  # 50 s; the arm tests (make test-arm, in CI) also search over RPC
 def test_seeds_and_search_are_measured_over_rpc(tracker, tmp_path):
     db_dir = tmp_path / "db"
     model = api.import_model("tiny-resnet")
@@ -69,6 +70,52 @@ def test_seeds_and_search_are_measured_over_rpc(tracker, tmp_path):
     db = database.read(db_dir)
     assert len(db.records) >= 2  # the seed, and the search's candidates that ran
     assert not db.problems
+
+
+def _free(tracker: str) -> int:
+    """How many servers of the loopback key the tracker can lend now."""
+    from tvm import rpc
+
+    host, port, _ = tracker.rsplit(":", 2)
+    return rpc.connect_tracker(host, int(port)).summary()["queue_info"][KEY]["free"]
+
+
+def _given_back(tracker: str) -> bool:
+    """Whether the server is free again within 20 s (it re-registers after a session ends)."""
+    deadline = time.monotonic() + 20
+    while _free(tracker) == 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return _free(tracker) == 1
+
+
+# The tracker lends its one server to one session at a time: a session left open holds it
+# until its timeout, and the next request waits for it (CI's arm tests did: `tvmfuse run --rpc`
+# behind a loaded build, and the search's runner behind the seeds' session).
+
+def test_a_closed_remote_build_gives_the_device_back(tracker, build_tiny):
+    model, out = build_tiny("tiny-resnet")
+    with api.load(out, tracker) as deployed:
+        (output,) = deployed.run(model.example_inputs)
+        assert _free(tracker) == 0
+    (reference,) = model.reference(*model.example_inputs)
+    np.testing.assert_allclose(output, reference, rtol=1e-4, atol=1e-5)
+    assert _given_back(tracker)
+    with pytest.raises(TvmfuseError, match="was closed.*load it again"):
+        deployed.run(model.example_inputs)
+
+
+def test_the_seeds_session_ends_before_the_search_asks_for_the_device(tracker):
+    from tvm import te
+
+    from tvmfuse.remote import Remote
+    from tvmfuse.tuning.tune import Measure
+
+    x = te.placeholder((64, 64), name="x")
+    func = te.create_prim_func([x, te.compute((64, 64), lambda i, j: x[i, j] * 2, name="y")])
+    with Measure(Remote.parse(tracker)) as measure:
+        assert measure(func, TARGET.tvm_target()) > 0
+        assert _free(tracker) == 0
+    assert _given_back(tracker)
 
 
 def test_a_missing_rpc_device_is_one_clear_error(tracker, tmp_path):

@@ -33,6 +33,7 @@ times out. The builder below builds without that import (:func:`_build`) and all
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import tempfile
@@ -197,10 +198,11 @@ def tune(mod, target, database_dir: Path, *, trials: int, scheduler: ApplySchedu
         _RUNNING.append((staging, database_dir))
         try:
             job = ms.database.JSONDatabase(work_dir=str(staging))
-            measure = Measure(remote, cross_cc)  # one RPC session for every seed
-            for task, plan in zip(tasks, plans):
-                if only is None or plan.name in only:
-                    plan.seconds = _seed(task, plan, target, scheduler, existing, job, measure)
+            with Measure(remote, cross_cc) as measure:  # one RPC session for every seed
+                for task, plan in zip(tasks, plans):
+                    if only is None or plan.name in only:
+                        plan.seconds = _seed(task, plan, target, scheduler, existing, job,
+                                             measure)
             _plan_search(plans, trials, top_k, retune, only, trials_per_iter)
             _log_plan(plans, budget_s)
             _search([(t, p) for t, p in zip(tasks, plans) if p.trials], target, staging, job,
@@ -271,6 +273,16 @@ class Measure:
 
     def __init__(self, remote: Remote | None = None, cross_cc: str | None = None):
         self.remote, self.cross_cc, self._session = remote, cross_cc, None
+
+    def __enter__(self) -> Measure:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """End the RPC session: the tracker lends a device to one session at a time, and the
+        search's runner asks for it next (left open, the runner waited for its timeout: 120 s,
+        then 600 s on the emulator, before its first candidate ran)."""
+        self._session = None
+        gc.collect()
 
     def __call__(self, func, target) -> float:
         # as MetaSchedule's builder does: weights arrive packed (the build packs them once), so
