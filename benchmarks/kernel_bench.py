@@ -73,7 +73,8 @@ def attention_kernels(sizes, variants, target):
                                v=(width, 2 * HEADS * HEAD_DIM), mask=(1, 1, 1, 1),
                                scale=HEAD_DIM ** -0.5)
         for variant in variants:
-            kernel = importlib.import_module(variant).attention_kernel(shape, cores=cores)
+            kernel = importlib.import_module(variant).attention_kernel(
+                shape, lanes=target.vector.lanes, registers=target.vector.registers, cores=cores)
             library = tvm.compile(tvm.IRModule({"main": kernel.with_attr("global_symbol", "main")}),
                                   target=target.tvm_target()).mod
             args = [tvm.runtime.tensor(a, device) for a in (x, x, x, np.zeros((1, 1, 1, 1),

@@ -16,12 +16,15 @@ tokens 62, where 256 ran 173; now 121 and 120, Emerald Rapids, 2 cores.)
 
 1. the keys are transposed into ``kt[D, TK]``, once per task and tile, so that the scores of
    ``R = 4`` rows, ``s[r, :TK] += q[r, d] * kt[d, :TK]``, are vector FMAs with ``q`` broadcast
-   and ``kt`` loaded once for the four rows;
+   and ``kt`` loaded once for the four rows (in passes over D of as many key vectors as the
+   registers hold: all of them on AVX-512, two at a time on AVX2);
 2. scale and mask are applied; each row's maximum and sum over the tile are vector reductions
    (the tile's vectors folded into one, then halved: no serial chain of scalar max/add); the
    running maximum and sum are rescaled by ``exp(m_old - m_new)`` (the online softmax), with a
    vectorizable polynomial ``exp``;
-3. ``o[r, :D] += p[r, j] * v[j, :D]`` for the four rows, ``v`` loaded once for them;
+3. ``o[r, :D] += p[r, j] * v[j, :D]`` for the four rows, ``v`` loaded once for them, in as
+   many passes over the tile's keys as keep the rows' outputs in half the registers
+   (:func:`_output_chunk`);
 4. after the last tile each row is divided by its sum and written to ``out[b, s, h * D + d]``:
    the heads merged, as the output projection reads them.
 
@@ -78,10 +81,15 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1,
     MB, MH, MQ, MK = shape.mask  # noqa: N806
     # A mask dimension of 1 is broadcast: its index is multiplied by 0.
     fb, fh, fq, fk = (int(not (isinstance(n, int) and n == 1)) for n in (MB, MH, MQ, MK))
-    R = 4  # noqa: N806 - rows computed together: R x TK scores, R x D outputs in registers
+    # rows computed together: R x SV scores, R x DW outputs in registers (AVX2: six rows of two
+    # vectors, 12 of its 16 registers: four rows ran Whisper's 1500 tokens at 99 GFLOP/s, six
+    # at 107, Zen 3)
+    R = 4 if registers >= 32 else 6  # noqa: N806
     TK = _key_tile(SK, lanes, D, registers)  # noqa: N806 - keys per tile: whole vectors of scores
     NK = (SK + TK - 1) // TK  # noqa: N806
     NV = TK // lanes  # noqa: N806 - vectors of scores per row
+    SV = min(NV, _score_vectors(lanes, registers))  # noqa: N806 - of them, a pass over D
+    DW = _output_chunk(D, lanes, registers, R)  # noqa: N806 - output columns a pass over keys
     # Query rows per task: as many as leave four tasks per core (each task transposes its keys
     # once, so larger tiles transpose less), a multiple of R; for a symbolic sequence, a fixed
     # 8 R. Neither tile need divide the sequence (197 = 14 x 14 patches + 1 is prime): past its
@@ -163,13 +171,15 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1,
                                 for jv in T.unroll(NV):
                                     for jl in T.vectorized(lanes):
                                         s[r, jv, jl] = T.float32(0)
-                            for d in range(D):
-                                for r in T.unroll(R):
-                                    for jv in T.unroll(NV):
-                                        for jl in T.vectorized(lanes):
-                                            s[r, jv, jl] = s[r, jv, jl] + T.Cast("float32", q[
-                                                b, T.min(i0 + r, last), QO + h * D + d]
-                                            ) * kt[d, jv, jl]
+                            for jc in range(NV // SV):  # R x SV scores in registers
+                                for d in range(D):
+                                    for r in T.unroll(R):
+                                        for jv in T.unroll(SV):
+                                            for jl in T.vectorized(lanes):
+                                                s[r, jc * SV + jv, jl] = s[
+                                                    r, jc * SV + jv, jl] + T.Cast("float32", q[
+                                                        b, T.min(i0 + r, last), QO + h * D + d]
+                                                ) * kt[d, jc * SV + jv, jl]
                             for r in T.unroll(R):
                                 # Select, not if_then_else: TVM vectorizes if_then_else as one
                                 # branch per lane (the scores of 197 keys ran at 63 GFLOP/s, of
@@ -204,12 +214,14 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1,
                                 row_sum[ib * R + r] = row_sum[ib * R + r] * rescale[r] + red[0]
                                 for d in T.vectorized(D):
                                     o[r, d] = acc[ib * R + r, d] * rescale[r]
-                            for jv, jl in T.grid(NV, lanes):
-                                for r in T.unroll(R):
-                                    for d in T.vectorized(D):
-                                        o[r, d] = o[r, d] + s[r, jv, jl] * T.Cast("float32", v[
-                                            b, read_key(kb, jv, jl),
-                                            VO + h * D + d])
+                            for dc in range(D // DW):  # R x DW outputs in registers
+                                for jv, jl in T.grid(NV, lanes):
+                                    for r in T.unroll(R):
+                                        for d in T.vectorized(DW):
+                                            o[r, dc * DW + d] = o[r, dc * DW + d] + s[
+                                                r, jv, jl] * T.Cast("float32", v[
+                                                    b, read_key(kb, jv, jl),
+                                                    VO + h * D + dc * DW + d])
                             for r in T.unroll(R):
                                 for d in T.vectorized(D):
                                     acc[ib * R + r, d] = o[r, d]
@@ -225,26 +237,52 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1,
     return attention
 
 
+def _score_vectors(lanes: int, registers: int) -> int:
+    """Key vectors whose scores one pass over the head computes: AVX-512's 32 registers hold
+    four rows of five (20 accumulators, five key vectors and a broadcast: 26), AVX2's 16 six
+    rows of two (15)."""
+    return 5 if registers >= 32 else 2
+
+
 def _key_tile(seq, lanes: int, head_dim: int = 64, registers: int = 32) -> int:
-    """Keys per tile: a whole number of vectors, up to what the registers hold with five to
-    spare (four rows of five vectors of scores, five key vectors and a broadcast are 26 of
-    AVX-512's 32 registers; AVX2's 16 hold two vectors a row), the one that
-    costs least by a count of vector operations per query row: each padded key costs its
-    multiply-adds (``2 * head_dim / lanes``) and its ``exp`` (about one operation), each tile
-    about 20 more (the two reductions, the rescale of the row's output, the bookkeeping). 77
-    keys: one tile of 80 (before: three of 32 = 96); 197: seven of 32, 2156 operations, against
-    2384 for four of 64. At least two vectors past one vector's keys: four rows of one vector
-    are four chains of dependent multiply-adds, too few to fill two FMA pipes of latency 4.
-    Four vectors for a symbolic sequence."""
+    """Keys per tile: a whole number of vectors, up to five or a pass's worth
+    (:func:`_score_vectors`), or more whole passes while the transposed keys fit 16 KiB (AVX2:
+    two, four, six or eight vectors), the one that costs least by a count of vector operations per query
+    row: each padded key costs its multiply-adds (``2 * head_dim / lanes``) and its ``exp``
+    (about 16 operations a vector of keys), each tile the rescale of the row's output (a load,
+    a multiply and a store a vector of it) and about 8 more (the two reductions, the
+    bookkeeping). 77 keys on AVX-512: one tile of 80 (before: three of 32 = 96); 197: seven of
+    32, 2156 operations, against 2384 for four of 64. On AVX2 the tile's share is larger
+    (eight vectors of output a row where AVX-512 has four): Whisper's 1500 tokens ran 106
+    GFLOP/s in tiles of 32 keys, 124 in tiles of 64 (Zen 3). At least two vectors past one
+    vector's keys: four rows of one vector are four chains of dependent multiply-adds, too few
+    to fill two FMA pipes of latency 4. Four vectors for a symbolic sequence."""
     if not isinstance(seq, int):
         return 4 * lanes
     if seq <= lanes:
         return lanes
-    per_key = 2 * head_dim // lanes + 1
+    per_key = (2 * head_dim + 16) / lanes
+    per_tile = 8 + 3 * head_dim / lanes
 
     def cost(tile):
         tiles = -(-seq // tile)
-        return tiles * (tile * per_key + 20)
+        return tiles * (tile * per_key + per_tile)
 
-    most = max(2, (registers - 6) // 5)
-    return min((n * lanes for n in range(2, most + 1)), key=lambda tile: (cost(tile), -tile))
+    per_pass = _score_vectors(lanes, registers)
+    counts = [n for n in range(2, 5 * per_pass + 1)
+              if n <= per_pass or (n % per_pass == 0 and n * lanes * head_dim <= 4096)]
+    return min((n * lanes for n in counts), key=lambda tile: (cost(tile), -tile))
+
+
+def _output_chunk(head_dim: int, lanes: int, registers: int, rows: int) -> int:
+    """Output columns computed in one pass over a key tile: the most whole vectors of a head,
+    dividing it, whose ``rows`` rows fit the vector registers with four to spare (the value
+    vectors and a broadcast). AVX-512's 32 registers hold four rows of a 64-wide head (16
+    accumulators); AVX2's 16 hold two of its eight vectors for six rows: in one pass its
+    accumulators lived on the stack, each multiply-add a load and a store (12 heads of 64 at
+    1500 tokens: 70 GFLOP/s; in passes of two vectors, 89; Zen 3, 2 cores). A head that is not
+    whole vectors is one pass."""
+    if head_dim % lanes:
+        return head_dim
+    vectors, most = head_dim // lanes, max(1, (registers - 4) // rows)
+    return lanes * max(n for n in range(1, min(most, vectors) + 1) if vectors % n == 0)

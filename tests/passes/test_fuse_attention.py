@@ -141,6 +141,16 @@ def test_kernel_alone_against_numpy(seq, cores):
                    tvm.cpu(), seq, dim=16)
 
 
+@pytest.mark.parametrize("dim", [16, 32, 20])
+@pytest.mark.parametrize("seq", [1, 7, 12, 48, 77, 128, 197])
+def test_kernel_for_sixteen_registers_against_numpy(seq, dim):
+    """AVX2's configuration (8 lanes, 16 registers): six rows, scores two key vectors a pass
+    over the head (tiles of up to eight vectors: several passes), outputs two vectors a pass
+    over the keys (a head of 32: two passes; of 20, not whole vectors: one)."""
+    _against_numpy(lambda shape: attention_kernel(shape, lanes=8, registers=16, cores=2),
+                   TARGET.tvm_target(), tvm.cpu(), seq, dim=dim)
+
+
 @pytest.mark.skipif(not tvm.cuda(0).exist, reason="needs a CUDA GPU (run on the GPU host)")
 @pytest.mark.parametrize("seq, dim", [(1, 16), (7, 16), (48, 80), (128, 64), (200, 64)])
 def test_cuda_kernel_alone_against_numpy(seq, dim):
