@@ -1,5 +1,7 @@
 """Tuning through TVM's RPC tracker and server on loopback: the path a board takes."""
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,17 +30,18 @@ def tracker():
     one-port range: their default range ends at 9199)."""
     from tvm import rpc
 
+    def start(*args):  # in its own process group: the worker each one forks goes with it
+        return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host",
-                               "127.0.0.1", "--port", str(port), "--port-end", str(port + 1)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    procs = [start("tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+                   "--port-end", str(port + 1))]
     time.sleep(2)
     server_port = _free_port()
-    procs.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host",
-                                   "127.0.0.1", "--port", str(server_port), "--port-end",
-                                   str(server_port + 1), "--tracker",
-                                   f"127.0.0.1:{port}", "--key", KEY],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    procs.append(start("tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(server_port),
+                       "--port-end", str(server_port + 1), "--tracker", f"127.0.0.1:{port}",
+                       "--key", KEY))
     try:
         for _ in range(60):
             if any(p.poll() is not None for p in procs):
@@ -54,7 +57,7 @@ def tracker():
         yield f"127.0.0.1:{port}:{KEY}"
     finally:
         for proc in procs:
-            proc.terminate()
+            os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=10)
 
 
