@@ -1,7 +1,7 @@
 """One CPU kernel alone, variants interleaved: what the commits' kernel figures come from.
 
     .venv/bin/python benchmarks/kernel_bench.py dense --sizes 77,100,197 [--rows 197] [--depth 768]
-                                                [--rounds 5]
+                                                [--tiles auto,4x2,6x2] [--rounds 5]
     .venv/bin/python benchmarks/kernel_bench.py attention --sizes 49,197,1500 [--variants mod,...]
 
 ``dense`` builds ``nn.Linear(depth, N)`` on ``[1, rows, depth]`` with tvmfuse (untuned) and times
@@ -38,25 +38,37 @@ from tvmfuse.targets import get_target  # noqa: E402
 HEADS, HEAD_DIM = 12, 64
 
 
-def dense_kernels(sizes, rows, target, depth=768):
-    """(label, FLOPs, library, function, arguments) per size: the GEMM kernel of a tvmfuse build
-    of a linear layer."""
+def dense_kernels(sizes, rows, target, depth=768, tiles=("auto",)):
+    """(label, FLOPs, library, function, arguments) per size and register tile: the GEMM kernel
+    of a tvmfuse build of a linear layer, with the tile ``choose_tile`` picks (``auto``) or one
+    forced (``RxB``: R rows of B vectors)."""
     import torch  # noqa: PLC0415
     from torch import nn  # noqa: PLC0415
 
+    from schedules.cpu import _blocked  # noqa: PLC0415
     from tvmfuse import api, compiler, profile  # noqa: PLC0415
 
+    chosen = _blocked.choose_tile
     for n in sizes:
-        torch.manual_seed(0)
-        model = api.import_torch(nn.Linear(depth, n).eval(), [torch.randn(1, rows, depth)],
-                                 name=f"linear{n}")
-        built = compiler.compile_model(model, target, api.BuildOptions(use_database=False))
-        info = built.analysis.kernel_info
-        name = max(built.analysis.kernels, key=lambda k: info[k].flops)
-        library = built.executable.mod.imports[0]
-        args = profile.random_args(info[name].params, target.device_here())
-        implementation = built.analysis.implementations.get(name, "default")
-        yield f"{rows}x{depth}x{n} ({implementation})", info[name].flops, library, name, args
+        for tile in tiles:
+            if tile != "auto":
+                rows_, blocks = (int(v) for v in tile.split("x"))
+                _blocked.choose_tile = lambda r, c, vector, pad=False: _blocked.Tile(
+                    rows_, blocks, vector.lanes)
+            torch.manual_seed(0)
+            model = api.import_torch(nn.Linear(depth, n).eval(), [torch.randn(1, rows, depth)],
+                                     name=f"linear{n}")
+            try:
+                built = compiler.compile_model(model, target, api.BuildOptions(use_database=False))
+            finally:
+                _blocked.choose_tile = chosen
+            info = built.analysis.kernel_info
+            name = max(built.analysis.kernels, key=lambda k: info[k].flops)
+            library = built.executable.mod.imports[0]
+            args = profile.random_args(info[name].params, target.device_here())
+            implementation = built.analysis.implementations.get(name, "default")
+            yield (f"{rows}x{depth}x{n} {tile} ({implementation})", info[name].flops, library,
+                   name, args)
 
 
 def attention_kernels(sizes, variants, target):
@@ -111,6 +123,9 @@ def main() -> int:
     parser.add_argument("--depth", type=int, default=768, help="dense: the reduction (K)")
     parser.add_argument("--variants", default="schedules.cpu.attention",
                         help="attention: modules with attention_kernel(), comma-separated")
+    parser.add_argument("--tiles", default="auto",
+                        help="dense: register tiles, comma-separated: auto (the one chosen) or "
+                             "RxB (R rows of B vectors, forced)")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -118,7 +133,8 @@ def main() -> int:
     os.environ.setdefault("TVM_NUM_THREADS", str(target.config.get("num-cores", 1)))
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.family == "dense":
-        kernels = list(dense_kernels(sizes, args.rows, target, args.depth))
+        kernels = list(dense_kernels(sizes, args.rows, target, args.depth,
+                                     args.tiles.split(",")))
     else:
         kernels = list(attention_kernels(sizes, args.variants.split(","), target))
     device = tvm.cpu()
