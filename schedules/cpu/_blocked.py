@@ -69,12 +69,34 @@ def anchor_of(sch: s_tir.Schedule):
 #: 3x5 ran 197 (240 wide) at 154 where 4x4 (256) ran 141, and 77 (80) at 170 where 8x2 (96)
 #: ran 130; 2x7 ran 100 (112) at 147 where 4x4 (128) ran 134.
 BLOCK_EFFICIENCY = {4: 1.0, 2: 0.8, 1: 0.6, 3: 1.0, 5: 1.05, 7: 1.02}
+#: The same for a GEMM's tiles in a file of 16 registers (AVX2, SSE), where the weights of four
+#: blocks leave room for only two rows: measured on a 2-core Zen 3 (kernel_bench.py dense --tiles, and the
+#: convs alike; fastest of 3-4 interleaved rounds, GFLOP/s), 6 x 2 ran 77x768x3072 at 166,
+#: 77x3072x768 at 187, 197x768x768 at 185 where the 2 x 4 then chosen ran 144, 147 and 168, and
+#: 4 x 3 162, 176 and 183. Convs keep the half-file tiles: their 3x3 kernels alone ran 3-8%
+#: faster in 6 x 2, but ResNet-50 as a whole 7% slower (58.0 -> 62.1 ms, 12 interleaved rounds:
+#: its 7- and 14-column maps fill 58% and 78% of six-row tiles).
+BLOCK_EFFICIENCY_16 = {2: 1.0, 3: 0.95, 4: 0.85, 1: 0.6}
 #: Accumulators a tile of this many blocks may hold beyond half the register file.
 WIDE_ROWS = {7: 8}
 
 
+def accumulator_budget(vector: Vector, tall: bool = False) -> int:
+    """How many of the register file's vectors a tile's accumulators may take: half (measured on
+    Zen 4: 8x2 and 4x4 tiles ran a 3x3 conv at 109 GFLOP/s, 4x1 at 108, 14x2 at 110), or for a
+    ``tall`` tile (a GEMM's) in 16 registers 12 of them, two blocks of weights and a broadcast
+    beside them (see BLOCK_EFFICIENCY_16)."""
+    if tall and vector.registers < 32:
+        return vector.registers * 3 // 4
+    return vector.registers // 2
+
+
+def _block_efficiency(vector: Vector, tall: bool) -> dict[int, float]:
+    return BLOCK_EFFICIENCY_16 if tall and vector.registers < 32 else BLOCK_EFFICIENCY
+
+
 def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
-                pad: bool = False) -> Tile | None:
+                pad: bool = False, tall: bool = False) -> Tile | None:
     """The register tile with the best :func:`tile_score` for the output, leaving registers for
     the operands.
 
@@ -84,13 +106,15 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
     need not divide, and may be symbolic (``None``: a full tile): a GEMM's are padded to whole
     tiles (:func:`_row_multiple`), a conv's last row tile is predicated. Columns must divide
     unless ``pad``: then they are padded to whole tiles of full vectors (see :func:`_pad`).
+    ``tall``: a GEMM's tile, which in 16 registers takes 12 accumulators (see
+    :func:`accumulator_budget`).
     """
     lanes = vector.lanes if pad else lanes_for(cols_extent, vector.lanes)
     if min(lanes, cols_extent) < min(4, vector.lanes):
         return None  # under four columns (a vector's worth) is not worth a tile
-    budget = vector.registers // 2
+    budget = accumulator_budget(vector, tall)
     best = None
-    for blocks in BLOCK_EFFICIENCY:
+    for blocks in _block_efficiency(vector, tall):
         if not pad and (cols_extent // lanes) % blocks:
             continue
         if blocks % 2 and blocks > 1 and rows_extent is not None and rows_extent < budget // blocks:
@@ -104,25 +128,28 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
         if rows * blocks + blocks + 1 > vector.registers:
             continue
         tile = Tile(rows, blocks, lanes)
-        if best is None or tile_score(tile, rows_extent, cols_extent, vector) > tile_score(
-                best, rows_extent, cols_extent, vector):
+        if best is None or tile_score(tile, rows_extent, cols_extent, vector, tall) > tile_score(
+                best, rows_extent, cols_extent, vector, tall):
             best = tile
     return best
 
 
-def tile_score(tile: Tile, rows: int | None, cols: int, vector: Vector) -> float:
+def tile_score(tile: Tile, rows: int | None, cols: int, vector: Vector,
+               tall: bool = False) -> float:
     """The expected share of the FMA peak: accumulators doing real rows and columns, in full
     vectors, with enough blocks to reuse each broadcast."""
     width = tile.blocks * tile.lanes
     useful = cols / (-(-cols // width) * width)
     if rows:
         useful *= rows / (-(-rows // tile.rows) * tile.rows)
-    filled = min(tile.rows * tile.blocks, vector.registers // 2) / (vector.registers // 2)
-    return BLOCK_EFFICIENCY[tile.blocks] * useful * filled * tile.lanes / vector.lanes
+    budget = accumulator_budget(vector, tall)
+    filled = min(tile.rows * tile.blocks, budget) / budget
+    efficiency = _block_efficiency(vector, tall).get(tile.blocks, 0.0)
+    return efficiency * useful * filled * tile.lanes / vector.lanes
 
 
 def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str], bool], *,
-                     inline_large_padding: bool = False):
+                     inline_large_padding: bool = False, tall: bool = False):
     """Schedule ``func`` as a register-blocked reduction, or return None when it is not one
     or its anchor block is not one the caller ``claims`` (by block name).
 
@@ -135,13 +162,14 @@ def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str]
         return None
     blocks = root_blocks(sch)
     if block_anchor(sch, anchor, vector, epilogue=blocks[_position(sch, anchor) + 1:],
-                    inline_large_padding=inline_large_padding) is None:
+                    inline_large_padding=inline_large_padding, tall=tall) is None:
         return None
     return sch
 
 
 def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
-                 written: tuple = (), row_chunks: int = 0, inline_large_padding: bool = False):
+                 written: tuple = (), row_chunks: int = 0, inline_large_padding: bool = False,
+                 tall: bool = False):
     """Register-block the reduction ``anchor`` of ``sch`` in place; returns the parallel loop
     its tiles run under, or None (``sch`` untouched) when it does not fit.
 
@@ -173,12 +201,12 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         rows = math.prod(static_extent(sch, loops[i]) for i in merged)
     if row_chunks and len(spatial) < 2:
         return None
-    tile = choose_tile(rows, cols, vector)
-    padded = choose_tile(rows, cols, vector, pad=True)
+    tile = choose_tile(rows, cols, vector, tall=tall)
+    padded = choose_tile(rows, cols, vector, pad=True, tall=tall)
     # a column tail, or columns no large tile divides: whole tiles over padded columns; and the
     # rows in whole tiles (see _row_multiple)
-    if padded is not None and (tile is None or tile_score(padded, rows, cols, vector)
-                               > tile_score(tile, rows, cols, vector)) and _pads_weights(
+    if padded is not None and (tile is None or tile_score(padded, rows, cols, vector, tall)
+                               > tile_score(tile, rows, cols, vector, tall)) and _pads_weights(
                                    sch, anchor):
         if _pad(sch, anchor, padded, columns=True,
                 rows=_row_multiple(rows, padded, merged)):

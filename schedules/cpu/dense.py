@@ -28,7 +28,8 @@ class Dense(CpuRule):
     name = "cpu.dense"
 
     def apply(self, func, target, tunable):
-        return register_blocked(func, self.vector, lambda name: name.startswith(_ANCHORS))
+        return register_blocked(func, self.vector, lambda name: name.startswith(_ANCHORS),
+                                tall=True)
 
 
 class DenseRowNorm(CpuRule):
@@ -59,7 +60,7 @@ class DenseRowNorm(CpuRule):
         inline_into_consumers(sch, epilogue[:-1])
         cores = int(target.attrs.get("num-cores", 1)) if target is not None else 1
         chunk = block_anchor(sch, blocks[anchor], self.vector, epilogue=[],
-                             written=(epilogue[-1],), row_chunks=cores)
+                             written=(epilogue[-1],), row_chunks=cores, tall=True)
         if chunk is None:
             return None
         # each row of the chunk normalized as RowReduction normalizes a row: the reductions'
@@ -94,5 +95,5 @@ def _one_column_tile(cols, vector: Vector) -> bool:
     spans them all."""
     if not isinstance(cols, tirx.IntImm):
         return False
-    tiles = [choose_tile(None, int(cols), vector, pad=pad) for pad in (False, True)]
+    tiles = [choose_tile(None, int(cols), vector, pad=pad, tall=True) for pad in (False, True)]
     return all(t is None or t.blocks * t.lanes >= int(cols) for t in tiles)

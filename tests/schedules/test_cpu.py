@@ -210,6 +210,12 @@ def test_register_tile_fits_the_register_file(vector, tile):
 
     chosen = choose_tile(56, 256, vector)
     assert (chosen.rows, chosen.blocks) == tile
+    # a GEMM's tile in 16 registers: 12 accumulators, 6 rows of two blocks (AVX2 and SSE)
+    for sixteen in (Vector(8, 16), Vector(4, 16)):
+        assert (choose_tile(56, 256, sixteen, tall=True).rows, choose_tile(
+            56, 256, sixteen, tall=True).blocks) == (6, 2)
+    assert choose_tile(56, 256, Vector(16, 32), tall=True) == choose_tile(56, 256,
+                                                                          Vector(16, 32))
     assert chosen.rows * chosen.blocks + chosen.blocks + 1 <= vector.registers
     assert choose_tile(7, 32, Vector(16, 32)).rows == 7  # 7x7 maps: rows divide the width
 
@@ -409,6 +415,7 @@ def test_dense_on_avx2_fits_sixteen_registers_and_uses_ymm_fmas(m, n):
     sch = cpu.Dense(avx2.vector).apply(func, avx2.tvm_target(), False)
     rows, blocks, lanes = _extents(sch, "matmul_update")[-3:]
     assert lanes == 8 and rows * blocks + blocks + 1 <= 16
+    assert m == 1 or (rows, blocks) == (6, 2)  # 12 accumulators: a GEMM's tile in 16 registers
     lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
                       target=avx2.tvm_target())
     fmas = [line for line in lib.mod.inspect_source("asm").splitlines() if "vfmadd" in line]
