@@ -246,9 +246,9 @@ def _score_vectors(lanes: int, registers: int) -> int:
 
 def _key_tile(seq, lanes: int, head_dim: int = 64, registers: int = 32) -> int:
     """Keys per tile: a whole number of vectors, up to five or a pass's worth
-    (:func:`_score_vectors`), or more whole passes while the transposed keys fit 16 KiB (AVX2:
-    two, four, six or eight vectors), the one that costs least by a count of vector operations per query
-    row: each padded key costs its multiply-adds (``2 * head_dim / lanes``) and its ``exp``
+    (:func:`_score_vectors`), or more whole passes while the transposed keys fit 16 KiB
+    (AVX2: two, four, six or eight vectors), the one that costs least by a count of vector
+    operations per query row: each padded key costs its multiply-adds (``2 * head_dim / lanes``) and its ``exp``
     (about 16 operations a vector of keys), each tile the rescale of the row's output (a load,
     a multiply and a store a vector of it) and about 8 more (the two reductions, the
     bookkeeping). 77 keys on AVX-512: one tile of 80 (before: three of 32 = 96); 197: seven of
