@@ -53,7 +53,7 @@ def dense_kernels(sizes, rows, target, depth=768, tiles=("auto",)):
         for tile in tiles:
             if tile != "auto":
                 rows_, blocks = (int(v) for v in tile.split("x"))
-                _blocked.choose_tile = lambda r, c, vector, pad=False: _blocked.Tile(
+                _blocked.choose_tile = lambda r, c, vector, **_: _blocked.Tile(
                     rows_, blocks, vector.lanes)
             torch.manual_seed(0)
             model = api.import_torch(nn.Linear(depth, n).eval(), [torch.randn(1, rows, depth)],

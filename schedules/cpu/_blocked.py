@@ -72,11 +72,10 @@ BLOCK_EFFICIENCY = {4: 1.0, 2: 0.8, 1: 0.6, 3: 1.0, 5: 1.05, 7: 1.02}
 #: The same for a GEMM's tiles in a file of 16 registers (AVX2, SSE), where the weights of four
 #: blocks leave room for only two rows (four blocks are never chosen there). Measured on a 2-core
 #: Zen 3 (kernel_bench.py dense --tiles, fastest of 3-4 interleaved rounds, GFLOP/s): 6 x 2 ran
-#: 77x768x3072 at 166,
-#: 77x3072x768 at 187, 197x768x768 at 185 where the 2 x 4 then chosen ran 144, 147 and 168, and
-#: 4 x 3 162, 176 and 183. Convs keep the half-file tiles: their 3x3 kernels alone ran 3-8%
-#: faster in 6 x 2, but ResNet-50 as a whole 7% slower (58.0 -> 62.1 ms, 12 interleaved rounds:
-#: its 7- and 14-column maps fill 58% and 78% of six-row tiles).
+#: 77x768x3072 at 166, 77x3072x768 at 187, 197x768x768 at 185 where the 2 x 4 then chosen ran 144,
+#: 147 and 168, and 4 x 3 162, 176 and 183. Convs keep the half-file tiles: their 3x3 kernels alone
+#: ran 3-8% faster in 6 x 2, but ResNet-50 as a whole 7% slower (58.0 -> 62.1 ms, 12 interleaved
+#: rounds: its 7- and 14-column maps fill 58% and 78% of six-row tiles).
 BLOCK_EFFICIENCY_16 = {2: 1.0, 3: 0.95, 4: 0.85, 1: 0.6}
 #: Accumulators a tile of this many blocks may hold beyond half the register file.
 WIDE_ROWS = {7: 8}

@@ -23,7 +23,7 @@ tokens 62, where 256 ran 173; now 121 and 120, Emerald Rapids, 2 cores.)
    running maximum and sum are rescaled by ``exp(m_old - m_new)`` (the online softmax), with a
    vectorizable polynomial ``exp``;
 3. ``o[r, :D] += p[r, j] * v[j, :D]`` for the four rows, ``v`` loaded once for them, in as
-   many passes over the tile's keys as keep the rows' outputs in half the registers
+   many passes over the tile's keys as keep the rows' outputs in registers
    (:func:`_output_chunk`);
 4. after the last tile each row is divided by its sum and written to ``out[b, s, h * D + d]``:
    the heads merged, as the output projection reads them.
@@ -88,7 +88,7 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1,
     TK = _key_tile(SK, lanes, D, registers)  # noqa: N806 - keys per tile: whole vectors of scores
     NK = (SK + TK - 1) // TK  # noqa: N806
     NV = TK // lanes  # noqa: N806 - vectors of scores per row
-    SV = min(NV, _score_vectors(lanes, registers))  # noqa: N806 - of them, a pass over D
+    SV = min(NV, _score_vectors(registers))  # noqa: N806 - of them, a pass over D
     DW = _output_chunk(D, lanes, registers, R)  # noqa: N806 - output columns a pass over keys
     # Query rows per task: as many as leave four tasks per core (each task transposes its keys
     # once, so larger tiles transpose less), a multiple of R; for a symbolic sequence, a fixed
@@ -237,7 +237,7 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1,
     return attention
 
 
-def _score_vectors(lanes: int, registers: int) -> int:
+def _score_vectors(registers: int) -> int:
     """Key vectors whose scores one pass over the head computes: AVX-512's 32 registers hold
     four rows of five (20 accumulators, five key vectors and a broadcast: 26), AVX2's 16 six
     rows of two (15)."""
@@ -246,17 +246,17 @@ def _score_vectors(lanes: int, registers: int) -> int:
 
 def _key_tile(seq, lanes: int, head_dim: int = 64, registers: int = 32) -> int:
     """Keys per tile: a whole number of vectors, up to five or a pass's worth
-    (:func:`_score_vectors`), or more whole passes while the transposed keys fit 16 KiB
-    (AVX2: two, four, six or eight vectors), the one that costs least by a count of vector
-    operations per query row: each padded key costs its multiply-adds (``2 * head_dim / lanes``) and its ``exp``
-    (about 16 operations a vector of keys), each tile the rescale of the row's output (a load,
-    a multiply and a store a vector of it) and about 8 more (the two reductions, the
+    (:func:`_score_vectors`), or more whole passes while the transposed keys fit 16 KiB (AVX2:
+    two, four, six or eight vectors), the one that costs least by a count of vector operations
+    per query row: each padded key costs its multiply-adds (``2 * head_dim / lanes``) and its
+    ``exp`` (about 16 operations a vector of keys), each tile the rescale of the row's output (a
+    load, a multiply and a store a vector of it) and about 8 more (the two reductions, the
     bookkeeping). 77 keys on AVX-512: one tile of 80 (before: three of 32 = 96); 197: seven of
-    32, 2156 operations, against 2384 for four of 64. On AVX2 the tile's share is larger
-    (eight vectors of output a row where AVX-512 has four): Whisper's 1500 tokens ran 106
-    GFLOP/s in tiles of 32 keys, 124 in tiles of 64 (Zen 3). At least two vectors past one
-    vector's keys: four rows of one vector are four chains of dependent multiply-adds, too few
-    to fill two FMA pipes of latency 4. Four vectors for a symbolic sequence."""
+    32, 2156 operations, against 2384 for four of 64. On AVX2 the tile's share is larger (eight
+    vectors of output a row where AVX-512 has four): Whisper's 1500 tokens ran 106 GFLOP/s in
+    tiles of 32 keys, 124 in tiles of 64 (Zen 3). At least two vectors past one vector's keys:
+    four rows of one vector are four chains of dependent multiply-adds, too few to fill two FMA
+    pipes of latency 4. Four vectors for a symbolic sequence."""
     if not isinstance(seq, int):
         return 4 * lanes
     if seq <= lanes:
@@ -268,7 +268,7 @@ def _key_tile(seq, lanes: int, head_dim: int = 64, registers: int = 32) -> int:
         tiles = -(-seq // tile)
         return tiles * (tile * per_key + per_tile)
 
-    per_pass = _score_vectors(lanes, registers)
+    per_pass = _score_vectors(registers)
     counts = [n for n in range(2, 5 * per_pass + 1)
               if n <= per_pass or (n % per_pass == 0 and n * lanes * head_dim <= 4096)]
     return min((n * lanes for n in counts), key=lambda tile: (cost(tile), -tile))

@@ -212,8 +212,8 @@ def test_register_tile_fits_the_register_file(vector, tile):
     assert (chosen.rows, chosen.blocks) == tile
     # a GEMM's tile in 16 registers: 12 accumulators, 6 rows of two blocks (AVX2 and SSE)
     for sixteen in (Vector(8, 16), Vector(4, 16)):
-        assert (choose_tile(56, 256, sixteen, tall=True).rows, choose_tile(
-            56, 256, sixteen, tall=True).blocks) == (6, 2)
+        gemm = choose_tile(56, 256, sixteen, tall=True)
+        assert (gemm.rows, gemm.blocks) == (6, 2)
     assert choose_tile(56, 256, Vector(16, 32), tall=True) == choose_tile(56, 256,
                                                                           Vector(16, 32))
     assert chosen.rows * chosen.blocks + chosen.blocks + 1 <= vector.registers
