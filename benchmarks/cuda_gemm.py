@@ -4,6 +4,11 @@ and ResNet-50's GEMM shapes (and sizes no tile divides). Each kernel is ``out = 
 bias)``, fp16 operands, float32 accumulation; every result is checked against float32 NumPy.
 
     python3 benchmarks/cuda_gemm.py [--shapes M,N,K;...] [--json benchmarks/cuda-gemm.json]
+    python3 benchmarks/cuda_gemm.py --tiles auto,2x4x4x4x4x3,... --no-dlight   # a tile sweep
+
+A tile is ``warps_m x warps_n x frag_m x frag_n x chunk_k x stages`` (:class:`MmaTile`); ``auto``
+is the one :func:`choose_tile` picks. The JSON is rewritten after every shape, so a run cut short
+keeps what it measured.
 
 Times are CUDA-event medians (``triton.testing.do_bench`` where torch runs, TVM's
 ``time_evaluator`` for ours); TFLOP/s count 2 M N K. Run on a machine with an NVIDIA GPU.
@@ -22,7 +27,7 @@ from tvm import te
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tvmfuse.schedules.cuda.matmul import TensorCoreMatmul, choose_tile  # noqa: E402
+from tvmfuse.schedules.cuda.matmul import MmaTile, TensorCoreMatmul, choose_tile  # noqa: E402
 from tvm.s_tir import dlight as dl  # noqa: E402
 
 #: (label, M, N, K): BERT-base's GEMMs at batch 1 and 32 (seq 128), ResNet-50's 1x1 convs as
@@ -49,23 +54,24 @@ TARGET = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
           "registers_per_block": 65536}
 
 
-def gemm_bias(m: int, n: int, k: int):
+def gemm_bias(m: int, n: int, k: int, weight_nk: bool = False):
     """The kernel as tvmfuse's fp16 builds legalize a linear layer: fp32 products summed,
-    the bias added, the result cast to fp16."""
+    the bias added, the result cast to fp16; ``weight_nk`` stores B as torch stores a weight
+    (and an OHWI conv its filter): [N, K]."""
     a = te.placeholder((m, k), "float16", name="A")
-    b = te.placeholder((k, n), "float16", name="B")
+    b = te.placeholder((n, k) if weight_nk else (k, n), "float16", name="B")
     bias = te.placeholder((n,), "float16", name="bias")
     r = te.reduce_axis((0, k), "k")
-    c = te.compute((m, n), lambda i, j: te.sum(
-        a[i, r].astype("float32") * b[r, j].astype("float32"), axis=r), name="matmul")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r].astype("float32") * (
+        b[j, r] if weight_nk else b[r, j]).astype("float32"), axis=r), name="matmul")
     out = te.compute((m, n), lambda i, j: (c[i, j] + bias[j].astype("float32")).astype(
         "float16"), name="T_add")
     return te.create_prim_func([a, b, bias, out])
 
 
-def build(func, target, ours: bool):
+def build(func, target, ours: bool, tile: MmaTile | None = None):
     if ours:
-        sch = TensorCoreMatmul().apply(func, target, False)
+        sch = TensorCoreMatmul(tile=tile).apply(func, target, False)
         if sch is None:
             return None
         mod = sch.mod
@@ -78,9 +84,44 @@ def build(func, target, ours: bool):
                            target=target)
 
 
+def parse_tile(spec: str) -> MmaTile | None:
+    """``auto`` (None: choose_tile decides) or ``WMxWNxFMxFNxCKxST``."""
+    return None if spec == "auto" else MmaTile(*map(int, spec.split("x")))
+
+
+def time_ours(lib, dev, args, want) -> dict:
+    """Run once (output poisoned with NaN first: every element must be written), check, time."""
+    a, b, bias, out = args
+    out.copyfrom(np.full(out.shape, np.nan, "float16"))
+    lib["main"](a, b, bias, out)
+    got = out.numpy().astype("float32")
+    timer = lib.mod.time_evaluator("main", dev, number=20, repeat=10)
+    ms = float(np.median(timer(*args).results)) * 1e3
+    m, n = want.shape
+    k = a.shape[1]
+    err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+    return {"ms": ms, "tflops": 2 * m * n * k / ms / 1e9,
+            "rel_err": err if np.isfinite(err) else "nan (unwritten or overflowed outputs)"}
+
+
+def fmt(r) -> str:
+    if not r:
+        return "         -"
+    if "error" in r:
+        return f"failed: {r['error']}"
+    err = r["rel_err"]
+    return f"{r['ms']:8.4f} ms {r['tflops']:6.1f} TF/s err " + (
+        f"{err:.1e}" if isinstance(err, float) else err)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", help="M,N,K;M,N,K... instead of the default list")
+    parser.add_argument("--tiles", default="auto",
+                        help="comma-separated tiles of our schedule to time (see above)")
+    parser.add_argument("--no-dlight", action="store_true", help="skip dlight's schedule")
+    parser.add_argument("--weight-nk", action="store_true",
+                        help="B stored [N, K], as a linear layer's weight (default [K, N])")
     parser.add_argument("--json", type=Path,
                         default=Path(__file__).resolve().parent / "cuda-gemm.json")
     args = parser.parse_args()
@@ -89,6 +130,7 @@ def main() -> int:
 
     shapes = SHAPES if not args.shapes else [
         (s, *map(int, s.split(","))) for s in args.shapes.split(";")]
+    tiles = args.tiles.split(",")
     target = tvm.target.Target(TARGET)
     dev = tvm.cuda(0)
     rng = np.random.default_rng(0)
@@ -97,35 +139,32 @@ def main() -> int:
         a, b = (rng.standard_normal(s).astype("float16") for s in ((m, k), (k, n)))
         bias = rng.standard_normal(n).astype("float16")
         want = a.astype("float32") @ b.astype("float32") + bias.astype("float32")
-        row = {"shape": label, "m": m, "n": n, "k": k, "tile": str(choose_tile(1, m, n))}
-        for name, ours in (("tvmfuse", True), ("dlight", False)):
-            lib = build(gemm_bias(m, n, k), target, ours)
-            if lib is None:
-                row[name] = None
-                continue
-            tensors = [tvm.runtime.tensor(x, dev) for x in (a, b, bias)]
-            out = tvm.runtime.tensor(np.zeros((m, n), "float16"), dev)
-            lib["main"](*tensors, out)
-            got = out.numpy().astype("float32")
-            timer = lib.mod.time_evaluator("main", dev, number=20, repeat=10)
-            ms = float(np.median(timer(*tensors, out).results)) * 1e3
-            row[name] = {"ms": ms, "tflops": 2 * m * n * k / ms / 1e9,
-                         "rel_err": float(np.linalg.norm(got - want) / np.linalg.norm(want))}
+        stored_b = np.ascontiguousarray(b.T) if args.weight_nk else b
+        tensors = [tvm.runtime.tensor(x, dev) for x in (a, stored_b, bias)]
+        tensors.append(tvm.runtime.tensor(np.zeros((m, n), "float16"), dev))
+        row = {"shape": label, "m": m, "n": n, "k": k, "auto": str(choose_tile(1, m, n)),
+               "tiles": {}}
+        print(f"{label:30s} {m}x{n}x{k} (auto: {row['auto']})", flush=True)
+        engines = [(spec, True) for spec in tiles] + ([] if args.no_dlight else [("dlight", False)])
+        for spec, ours in engines:
+            try:
+                lib = build(gemm_bias(m, n, k, args.weight_nk), target, ours, parse_tile(spec) if ours else None)
+                result = None if lib is None else time_ours(lib, dev, tensors, want)
+            except Exception as err:  # noqa: BLE001 - one tile failing must not end the sweep
+                result = {"error": str(err).strip().splitlines()[-1][:200]}
+            row["tiles" if ours else "dlight"] = {**row["tiles"], spec: result} if ours else result
+            print(f"  {spec:14s} {fmt(result)}", flush=True)
         ta, tb, tbias = (torch.from_numpy(x).cuda() for x in (a, b, bias))
         ms = do_bench(lambda: torch.addmm(tbias, ta, tb), warmup=25, rep=200,
                       return_mode="median")
         got = torch.addmm(tbias, ta, tb).float().cpu().numpy()
         row["torch"] = {"ms": ms, "tflops": 2 * m * n * k / ms / 1e9,
                         "rel_err": float(np.linalg.norm(got - want) / np.linalg.norm(want))}
+        print(f"  {'torch':14s} {fmt(row['torch'])}", flush=True)
+        row["weight_nk"] = args.weight_nk
         rows.append(row)
-
-        def fmt(r):
-            return f"{r['ms']:8.4f} ms {r['tflops']:6.1f} TF/s err {r['rel_err']:.1e}" if r else \
-                "         -"
-        print(f"{label:30s} {m}x{n}x{k} {row['tile']}\n  tvmfuse {fmt(row['tvmfuse'])}\n"
-              f"  dlight  {fmt(row['dlight'])}\n  torch   {fmt(row['torch'])}", flush=True)
-    args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "rows": rows},
-                                    indent=1) + "\n")
+        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "tiles": tiles,
+                                         "rows": rows}, indent=1) + "\n")
     return 0
 
 

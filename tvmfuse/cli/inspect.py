@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .common import (
     add_database_arguments, add_model_arguments, build_dtype, check_model_arguments,
-    import_arguments,
+    import_arguments, positive_int,
 )
 
 
@@ -21,6 +21,8 @@ def add_parser(sub) -> None:
     parser = sub.add_parser("inspect", help="compare kernels and bytes moved: unfused, stock, tvmfuse",
                             description=__doc__)
     add_model_arguments(parser)
+    parser.add_argument("--batch", type=positive_int, metavar="N",
+                        help="batch size (axis 0 of every input)")
     parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     parser.add_argument("--dump-ir", type=Path, metavar="DIR",
                         help="write the IR after each pipeline phase into DIR")
@@ -37,7 +39,7 @@ def handle(args: argparse.Namespace) -> int:
     from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
 
     target = api.get_target(args.target)
-    model = api.import_model(args.model, **import_arguments(args))
+    model = api.import_model(args.model, batch=args.batch, **import_arguments(args))
     options = api.BuildOptions(dump_ir=args.dump_ir, fusion_rules=args.fusion_rules,
                                verify_fusion=args.verify_fusion, dtype=dtype)
     report = api.benefit(model, target, options)
