@@ -26,6 +26,7 @@ loads (reading zeros, ``cp.async`` with a zero-fill predicate) and the stores ar
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -94,11 +95,25 @@ TILES = (
     MmaTile(2, 2, 1, 1),
 )
 
+#: Reductions at least this deep take K steps of 64 (``chunk_k`` 4), shallower ones steps of 32.
+#: H200, fp16 GEMM + bias, 128 x 128 blocks (benchmarks/h200/sweep.sh, session 17): steps of 64
+#: gave 4096^3 285 -> 350 TFLOP/s and BERT-base's batch-32 GEMMs (K 768, 3072) 12-28% more, the
+#: same at 1568 x 512 x 2048; at K = 64 (one step of 64) 92 -> 87. Eight-warp blocks (128 x 256,
+#: 256 x 128) and four stages were slower at every shape swept.
+DEEP_K = 256
 
-def choose_tile(batch: int | None, m: int | None, n: int | None, sms: int = 132) -> MmaTile:
-    """The tile for a ``batch x m x n`` output: the largest whose blocks fill the GPU's ``sms``
-    (at least one block each), scored by the share of padded work it leaves; symbolic sizes
-    take the largest tile."""
+
+def choose_tile(batch: int | None, m: int | None, n: int | None, k: int | None = None,
+                sms: int = 132) -> MmaTile:
+    """The tile for a ``batch x m x n`` output summed over ``k``: the largest block whose blocks
+    fill the GPU's ``sms`` (at least one block each), scored by the share of padded work it
+    leaves, with K steps of 64 where ``k`` is at least :data:`DEEP_K`; symbolic sizes take the
+    largest tile."""
+    tile = _block_tile(batch, m, n, sms)
+    return dataclasses.replace(tile, chunk_k=4) if k is None or k >= DEEP_K else tile
+
+
+def _block_tile(batch: int | None, m: int | None, n: int | None, sms: int) -> MmaTile:
     if None in (batch, m, n):
         return TILES[0]
 
@@ -177,7 +192,7 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
         return None  # a depthwise conv's one channel a group: mostly padding on tensor cores
     if tile is None:
         sms = int(target.attrs.get("multi_processor_count", 132)) if target is not None else 132
-        tile = choose_tile(batch, m, n, sms)
+        tile = choose_tile(batch, m, n, k, sms)
     # 2. whole tiles: zeros read past M, N and K, outputs past M and N not stored
     sch.pad_einsum(main, [1, tile.block_m, tile.block_n, tile.block_k])
 
@@ -222,7 +237,6 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     sch.compute_at(a_frag, k1)
     sch.compute_at(b_frag, k1)
     to_global = sch.cache_write(outer, 0, "shared.dyn")
-    sch.storage_align(to_global, 0, axis=-2, factor=32, offset=4)
     acc = sch.cache_write(outer, 0, "warp")
     sch.reverse_compute_at(acc, warp)
     sch.reverse_compute_at(to_global, warp)
@@ -253,12 +267,22 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     sch.tensorize(b_load, intrinsics["load_b"])
     sch.tensorize(sch.get_loops(inner)[-3], intrinsics["compute"])
     sch.tensorize(sch.get_loops(sch.get_child_blocks(init)[0])[-2], intrinsics["init"])
+    # rows of the accumulators' shared copy padded by 8 floats: one store of a register a
+    # thread writes 8 rows x 4 column pairs, which rows of 32 x k floats would put in the same
+    # 4 banks (aligned on the fragment's block, which tensorize keeps)
+    store = sch.blockize(store)
+    sch.storage_align(store, 0, axis=-2, factor=32, offset=8)
     sch.tensorize(store, intrinsics["store"])
 
-    # 6. the epilogue on the way out: 16 bytes of the output dtype a thread
+    # 6. the epilogue on the way out: up to 16 bytes of the output a thread, as many as divide
+    #    the output's rows (a vector must not straddle two rows: misaligned addresses)
     auto_inline_consumer_chain(sch, to_global)
+    out = sch.get(to_global).writes[0].source
+    width = 16 * 8 // tvm.runtime.DataType(out.dtype).bits
+    while width > 1 and (n is None or n % width):
+        width //= 2
     fused = sch.fuse(*sch.get_loops(to_global)[-2:])
-    _, tx, lanes = sch.split(fused, [None, WARP, 4])
+    _, tx, lanes = sch.split(fused, [None, WARP, width])
     sch.bind(tx, "threadIdx.x")
     sch.vectorize(lanes)
 

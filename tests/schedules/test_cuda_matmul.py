@@ -4,6 +4,8 @@ on a machine with an NVIDIA GPU, its numbers against NumPy in float32."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tvm
@@ -68,6 +70,20 @@ def test_source_has_mma_ldmatrix_and_cp_async_and_nvcc_compiles_it(tmp_path, m, 
     nvcc_compiles(source, tmp_path)
 
 
+@pytest.mark.parametrize("n,store", [(256, "*(uint4*)(T_add_ptr"), (100, "*(half4*)(T_add_ptr"),
+                                     (77, "T_add_ptr[")])
+def test_epilogue_stores_16_bytes_where_rows_allow_and_pads_the_accumulators(n, store):
+    """Each thread stores 8 halves (16 bytes) where the output's rows are whole 16-byte pieces,
+    fewer where they are not (a vector across two rows would be a misaligned address on the
+    GPU); the accumulators' shared copy has rows of 8 floats more than the tile (136, not 128)."""
+    source = _source(TensorCoreMatmul(tile=MmaTile(2, 2, 4, 4)).apply(
+        _gemm(256, n, 64, weight_nk=True), TARGET, False))
+    assert store in source
+    # the accumulators' stores (TVM's mma_store: a shuffle per register) index rows of 136
+    stores = [line for line in source.splitlines() if "__shfl_sync(__activemask()" in line]
+    assert stores and all("* 136)" in line for line in stores)
+
+
 def test_takes_only_fp16_matmuls():
     assert TensorCoreMatmul().apply(_gemm(64, 64, 64), TARGET, False) is not None
     a = te.placeholder((64, 64), "float32", name="A")
@@ -82,7 +98,7 @@ def test_takes_only_fp16_matmuls():
 def test_tile_fills_the_gpu():
     """Large GEMMs take 128 x 128 tiles; a batch-1 BERT GEMM (128 rows) smaller ones, so that
     its blocks still cover the 132 SMs; every tile fits the shared memory of an SM."""
-    assert choose_tile(1, 4096, 4096) == TILES[0]
+    assert choose_tile(1, 4096, 4096, 64) == TILES[0]
     small = choose_tile(1, 128, 768)
     assert small.block_m * small.block_n < TILES[0].block_m * TILES[0].block_n
     assert -(-128 // small.block_m) * -(-768 // small.block_n) >= 48
@@ -90,9 +106,21 @@ def test_tile_fills_the_gpu():
     assert MmaTile(2, 2, 4, 4).block_k == 32
 
 
+def test_deep_reductions_take_steps_of_64():
+    """K steps of 64 where the reduction has at least four of them (measured faster on the H200
+    at K = 768 and 3072), of 32 where it is shallow (a 1x1 conv over 64 channels)."""
+    assert choose_tile(1, 4096, 4096, 4096).block_k == 64
+    assert choose_tile(1, 4096, 4096, 768).block_k == 64
+    assert choose_tile(1, 100352, 256, 64).block_k == 32
+    assert choose_tile(1, 4096, 4096, 64) == dataclasses.replace(choose_tile(1, 4096, 4096, 4096),
+                                                                  chunk_k=2)
+    assert all(dataclasses.replace(t, chunk_k=4).shared_bytes() <= 113 * 1024 for t in TILES)
+
+
 CASES = [  # (m, n, k, weight_nk, batch): multiples, BERT shapes, sizes no tile divides
     (256, 256, 256, False, None), (128, 768, 3072, True, None), (197, 768, 768, True, None),
     (77, 100, 33, False, None), (1000, 1000, 1000, False, None), (64, 64, 64, True, 12),
+    (50, 77, 300, True, None),
 ]
 
 
