@@ -19,7 +19,7 @@ from .passes import (
     Conv1DAsConv2D, DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldGeluTanh,
     FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention, GlobalPoolToReduce,
     MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul, MergeSummedConv,
-    PrepackWeights, VerifyFusion,
+    PrepackWeights, StoreNarrowed, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -124,6 +124,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             _if(options.dtype == "float16", tvm.transform.Sequential([
                 DecomposeClip(), relax.transform.ToMixedPrecision(out_dtype="float16"),
                 FoldConstantCasts(),
+                _if(rules["store_narrowed"].enabled, StoreNarrowed()),
             ])),
             _attention(family, rules["fused_attention"].enabled),
             *family.layout_passes(rules),

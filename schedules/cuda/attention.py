@@ -32,14 +32,24 @@ NAME = "cuda.attention"
 WARP = 32
 #: Warps (query rows) per thread block.
 ROWS = 4
+#: float16 attention of at least this many multiply-adds (QK^T and PV: 2 B H S S_kv D) is left
+#: unfused, its two batched matmuls to the tensor-core GEMM (``matmul.py``) and its softmax to
+#: dlight: this kernel's SIMT dot products ran BERT-base's at batch 32 (805 M) at 7 TFLOP/s, 2.65
+#: of its 6.5 ms on the H200 (session 17's profile); at batch 1 (25 M) it is 7 us a layer, where
+#: the unfused chain's eight launches would cost more. Where between the two the chain starts
+#: to win has not been measured: batch 6 of BERT's shape is this threshold.
+TENSOR_CORE_MACS = 1 << 27
 
 
 def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc | None:
     """The scheduled CUDA kernel for ``shape``; None for cross-attention and decoding steps
     (queries and keys of different lengths) and symbolic shapes, which this kernel does not
-    handle."""
+    handle, and for float16 attention large enough for tensor cores (``TENSOR_CORE_MACS``)."""
     if not all(isinstance(d, int) for d in (shape.batch, shape.seq, shape.kv_seq)) \
             or shape.kv_seq != shape.seq:
+        return None
+    macs = 2 * shape.batch * shape.heads * shape.seq * shape.kv_seq * shape.head_dim
+    if shape.dtype == "float16" and macs >= TENSOR_CORE_MACS:
         return None
     B, S, H, D = shape.batch, shape.seq, shape.heads, shape.head_dim  # noqa: N806
     (CQ, QO), (CK, KO), (CV, VO) = shape.q, shape.k, shape.v  # noqa: N806

@@ -202,6 +202,21 @@ def test_cuda_kernel_builds_and_its_rule_turns_it_off(tmp_path):
     compiled = api.compile_model(model, target, api.BuildOptions(fusion_rules=off))
     assert "attention" not in compiled.analysis.implementations
 
+def test_cuda_leaves_large_fp16_attention_to_the_tensor_cores():
+    """BERT-base's attention at batch 32 in float16 stays unfused (its batched matmuls then run
+    on the mma GEMM); at batch 1, and in float32 at any batch, the SIMT kernel takes it."""
+    from tvmfuse.schedules.cuda.attention import attention_kernel
+
+    def shape(batch, dtype):
+        return AttentionShape(batch=batch, seq=128, kv_seq=128, heads=12, head_dim=64,
+                              q=(2304, 0), k=(2304, 768), v=(2304, 1536), mask=(batch, 1, 1, 128),
+                              scale=0.125, dtype=dtype)
+
+    assert attention_kernel(shape(32, "float16")) is None
+    assert attention_kernel(shape(1, "float16")) is not None
+    assert attention_kernel(shape(32, "float32")) is not None
+
+
 @pytest.mark.parametrize("seq", [1, 7, 49, 50, 197])
 def test_numbers_match_pytorch_at_sequences_no_tile_divides(tmp_path, seq):
     """The kernel keeps its 4-row and 16-to-64-key tiles at any length: the last tiles read

@@ -18,6 +18,7 @@ from .merge_summed_conv import MergeSummedConv
 from .normalize_squeeze_axes import NormalizeSqueezeAxes
 from .prepack_weights import PrepackWeights
 from .simplify_bounded_shapes import SimplifyBoundedShapes
+from .store_narrowed import StoreNarrowed
 from .verify_fusion import VerifyFusion
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
@@ -26,5 +27,6 @@ __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNo
            "FoldConstantCasts", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv",
-           "NormalizeSqueezeAxes", "PrepackWeights", "SimplifyBoundedShapes", "VerifyFusion",
+           "NormalizeSqueezeAxes", "PrepackWeights", "SimplifyBoundedShapes", "StoreNarrowed",
+           "VerifyFusion",
            "WidenIntegerCumsum", "WinogradConv2D"]

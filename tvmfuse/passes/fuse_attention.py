@@ -461,6 +461,8 @@ class _Rewriter(relax.PyExprMutator):
         self.matches: dict[relax.Var, _Match] = {}
         self.kernel = kernel
         self.kernels: dict[AttentionShape, tvm.ir.GlobalVar] = {}
+        #: (mask, dtype) -> the mask cast once for every layer that reads it (a kernel each)
+        self.cast_masks: dict[tuple[relax.Expr, str], relax.Expr] = {}
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         match = self.matches.get(binding.var)
@@ -477,7 +479,10 @@ class _Rewriter(relax.PyExprMutator):
         mask = (self.visit_expr(match.mask) if match.mask is not None
                 else relax.const(np.zeros((1, 1, 1, 1), shape.dtype)))
         if str(mask.ty.dtype) != shape.dtype:  # a float32 mask of a float16 chain
-            mask = self.builder_.emit(relax.op.astype(mask, shape.dtype))
+            key = (mask, shape.dtype)
+            if key not in self.cast_masks:
+                self.cast_masks[key] = self.builder_.emit(relax.op.astype(mask, shape.dtype))
+            mask = self.cast_masks[key]
         args = [self._flat(match.q, shape, shape.seq), self._flat(match.k, shape, shape.kv_seq),
                 self._flat(match.v, shape, shape.kv_seq), mask]
         out = relax.TensorType((shape.batch, shape.seq, shape.heads * shape.head_dim),

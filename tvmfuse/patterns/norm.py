@@ -18,9 +18,20 @@ from .epilogue import _at_most
 
 
 def add_layer_norm_patterns(max_group_size: int) -> list[FusionPattern]:
-    residual = is_op("relax.add")(wildcard(), wildcard())
+    """``layer_norm(a + b)``, and in low-precision builds its casts: ToMixedPrecision keeps
+    LayerNorm in float32, so a float16 GEMM's output is widened before the add and the
+    normalized rows narrowed for the next GEMM (each cast a kernel of its own, 24 of 4 MB each in
+    BERT-base); here the widening is read in the kernel and the narrowed rows are its second
+    output (the float32 rows stay the residual's)."""
+    def operand():
+        return is_op("relax.astype")(wildcard()) | wildcard()
+
+    residual = is_op("relax.add")(operand(), operand())
     norm = is_op("relax.nn.layer_norm")(residual, wildcard(), wildcard())
-    return [FusionPattern("tvmfuse.add_layer_norm.affine", norm, {}, _at_most(max_group_size))]
+    narrowed = is_op("relax.astype")(norm)
+    return [FusionPattern(f"tvmfuse.add_layer_norm.{name}", pattern, {},
+                          _at_most(max_group_size))
+            for name, pattern in (("narrowed", narrowed), ("affine", norm))]
 
 
 def layer_norm_epilogue_patterns(max_group_size: int) -> list[FusionPattern]:
