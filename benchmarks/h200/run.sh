@@ -1,0 +1,34 @@
+#!/bin/bash
+# On the GPU host, in parts that each fit one device call (results and logs to $OUT):
+#   run.sh kernels  the CUDA kernels' numeric tests, then the fp16 GEMM table (cuda_gemm.py)
+#   run.sh b32      ResNet-50 and BERT-base fp16 at batch 32 against torch.compile + CUDA graphs
+#   run.sh b1       the same at batch 1, then BERT-base b32's kernels timed alone
+# ENGINES overrides the peers (default: tvmfuse,torch-compile-cudagraphs, the fastest peer in
+# every row sessions 11-15 measured; add torch-compile for the default mode).
+OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
+ENGINES=${ENGINES:-tvmfuse,torch-compile-cudagraphs}
+bench() {  # model batch seconds
+    timeout "$3" python3 -m tvmfuse bench "$1" --target cuda-sm90 --dtype fp16 --batch "$2" \
+        --no-db --engines "$ENGINES" --json "$OUT/$1-cuda-sm90-fp16-b$2.json" 2>&1 \
+        | grep -v Warning | tail -9
+}
+case "$1" in
+kernels)
+    timeout 170 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_matmul.py \
+        tests/schedules/test_cuda_conv.py tests/passes/test_fuse_attention.py \
+        -k "numbers or cuda" 2>&1 | tail -6 | tee "$OUT/pytest.log"
+    timeout 120 python3 benchmarks/cuda_gemm.py --no-dlight --json "$OUT/cuda-gemm.json" 2>&1 \
+        | grep -v Warning > "$OUT/gemm.log"
+    grep -A2 "^square\|BERT b32\|ResNet b32" "$OUT/gemm.log"
+    # two stages at 4096^3 (three blocks of 74 KB an SM instead of two of 110 KB)
+    timeout 60 python3 benchmarks/cuda_gemm.py --no-dlight --shapes 4096,4096,4096 \
+        --tiles auto,2x2x4x4x4x2 --json "$OUT/cuda-gemm-4096.json" 2>&1 \
+        | grep -v Warning
+    ;;
+b32) bench resnet50 32 170; bench bert-base 32 200 ;;
+b1)
+    bench resnet50 1 150; bench bert-base 1 170
+    MODELS=bert-base BATCH=32 PROFILE_SECONDS=170 bash benchmarks/h200/profile.sh
+    ;;
+*) echo "usage: run.sh kernels|b32|b1" >&2; exit 2 ;;
+esac
