@@ -95,11 +95,13 @@ TILES = (
     MmaTile(2, 2, 1, 1),
 )
 
-#: Reductions at least this deep take K steps of 64 (``chunk_k`` 4), shallower ones steps of 32.
-#: H200, fp16 GEMM + bias, 128 x 128 blocks (benchmarks/h200/sweep.sh, session 17): steps of 64
-#: gave 4096^3 285 -> 350 TFLOP/s and BERT-base's batch-32 GEMMs (K 768, 3072) 12-28% more, the
-#: same at 1568 x 512 x 2048; at K = 64 (one step of 64) 92 -> 87. Eight-warp blocks (128 x 256,
-#: 256 x 128) and four stages were slower at every shape swept.
+#: Reductions at least this deep take K steps of 64 (``chunk_k`` 4) on 128 x 128 blocks; other
+#: blocks and shallower reductions steps of 32. H200, fp16 GEMM + bias (session 17,
+#: benchmarks/h200/sweep.sh and run.sh): 128 x 128 blocks with steps of 64 ran 4096^3 at 285 -> 350
+#: TFLOP/s, BERT-base's batch-32 QKV and FFN1 GEMMs 12-28% faster with either weight layout;
+#: but 128 x 64 blocks with steps of 64 ran its [K, N]-stored N = 768 GEMMs (FFN2, the output
+#: projection) 25% slower (218 -> 163, 179 -> 154). At K = 64 (one step of 64) 92 -> 87.
+#: Eight-warp blocks (128 x 256, 256 x 128), four stages, and two stages were no faster.
 DEEP_K = 256
 
 
@@ -107,10 +109,11 @@ def choose_tile(batch: int | None, m: int | None, n: int | None, k: int | None =
                 sms: int = 132) -> MmaTile:
     """The tile for a ``batch x m x n`` output summed over ``k``: the largest block whose blocks
     fill the GPU's ``sms`` (at least one block each), scored by the share of padded work it
-    leaves, with K steps of 64 where ``k`` is at least :data:`DEEP_K`; symbolic sizes take the
-    largest tile."""
+    leaves, with K steps of 64 on 128 x 128 blocks where ``k`` is at least :data:`DEEP_K`;
+    symbolic sizes take the largest tile."""
     tile = _block_tile(batch, m, n, sms)
-    return dataclasses.replace(tile, chunk_k=4) if k is None or k >= DEEP_K else tile
+    deep = tile == TILES[0] and (k is None or k >= DEEP_K)
+    return dataclasses.replace(tile, chunk_k=4) if deep else tile
 
 
 def _block_tile(batch: int | None, m: int | None, n: int | None, sms: int) -> MmaTile:
@@ -162,8 +165,8 @@ class TensorCoreMatmul(GPUScheduleRule):
         trans_b = any(uses(stmt.reads[1].region[-1].min, var) for var in reduction)
         try:
             return _schedule(sch, main, trans_b, self.in_dtype, accumulator, self.tile, target)
-        except (s_tir.ScheduleError, tvm.error.InternalError):
-            return None  # a layout the intrinsics do not match
+        except (s_tir.ScheduleError, tvm.error.InternalError, AssertionError):
+            return None  # a layout the intrinsics do not match (dlight's helpers assert)
 
 
 def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulator: str,

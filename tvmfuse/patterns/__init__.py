@@ -5,7 +5,7 @@ from __future__ import annotations
 from tvm.relax.transform import FusionPattern
 
 from ..rules import Rule
-from .attention import scale_mask_softmax_patterns
+from .attention import head_matmul_patterns, scale_mask_softmax_patterns
 from .epilogue import ANCHORS, epilogue_patterns, isolate_patterns
 from .norm import add_layer_norm_patterns, layer_norm_epilogue_patterns
 
@@ -21,7 +21,8 @@ def fusion_patterns(rules: dict[str, Rule]) -> list[FusionPattern]:
         families.append((rule.priority, patterns))
     for name, make in (("layer_norm_epilogue", layer_norm_epilogue_patterns),
                        ("add_layer_norm", add_layer_norm_patterns),
-                       ("scale_mask_softmax", scale_mask_softmax_patterns)):
+                       ("scale_mask_softmax", scale_mask_softmax_patterns),
+                       ("head_matmul", head_matmul_patterns)):
         rule = rules[name]
         if rule.enabled:
             families.append((rule.priority, make(rule.max_group_size)))

@@ -10,6 +10,7 @@ from tvm.s_tir import dlight as dl
 from ..passes import ApplyScheduleRules
 from ..schedules.cuda.attention import attention_kernel
 from ..schedules.cuda.matmul import TensorCoreMatmul
+from ..schedules.cuda.rows import WarpRows
 from ..rules import Rule
 from .base import Strategy, nhwc_convs
 
@@ -24,13 +25,14 @@ class CudaStrategy(Strategy):
         return nhwc_convs("OHWI")
 
     def scheduler(self) -> ApplyScheduleRules:
-        """fp16 matmuls and convs on tensor cores (``schedules/cuda/matmul.py``), then
-        dlight's rules; kernels whose reductions are tiny (see ApplyScheduleRules) try the
+        """fp16 matmuls and convs on tensor cores (``schedules/cuda/matmul.py``), row
+        reductions up to 1024 long a warp per row (``schedules/cuda/rows.py``), then dlight's
+        rules; kernels whose reductions are tiny (see ApplyScheduleRules) try the
         tensor cores too (a 1x1 conv over 40 channels is a GEMM with K = 40 and thousands of
         rows; the rule leaves a depthwise conv's one channel a group), then Fallback."""
         mma = TensorCoreMatmul("float16")
         return ApplyScheduleRules(
-            [mma, dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+            [mma, dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), WarpRows(),
              dl.gpu.GeneralReduction(), dl.gpu.Fallback()],
             small_reduction_rules=[mma, dl.gpu.Fallback()])
 
