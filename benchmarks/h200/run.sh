@@ -3,6 +3,8 @@
 #   run.sh kernels  the CUDA kernels' numeric tests, then the fp16 GEMM table (cuda_gemm.py)
 #   run.sh b32      ResNet-50 and BERT-base fp16 at batch 32 against torch.compile + CUDA graphs
 #   run.sh b1       the same at batch 1, then BERT-base b32's kernels timed alone
+#   run.sh short    the numeric tests of the CUDA kernels, then BERT-base b32, b1, ResNet-50 b32
+#                   (what a session's last few device minutes hold)
 # ENGINES overrides the peers (default: tvmfuse,torch-compile-cudagraphs, the fastest peer in
 # every row sessions 11-15 measured; add torch-compile for the default mode).
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
@@ -30,5 +32,11 @@ b1)
     bench resnet50 1 150; bench bert-base 1 170
     MODELS=bert-base BATCH=32 PROFILE_SECONDS=170 bash benchmarks/h200/profile.sh
     ;;
-*) echo "usage: run.sh kernels|b32|b1" >&2; exit 2 ;;
+short)
+    timeout 110 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_rows.py \
+        tests/schedules/test_cuda_matmul.py tests/passes/test_fuse_attention.py \
+        -k "numbers or cuda" 2>&1 | tail -4 | tee "$OUT/pytest.log"
+    bench bert-base 32 150; bench bert-base 1 140; bench resnet50 32 140
+    ;;
+*) echo "usage: run.sh kernels|b32|b1|short" >&2; exit 2 ;;
 esac
