@@ -142,7 +142,7 @@ def main() -> int:
         stored_b = np.ascontiguousarray(b.T) if args.weight_nk else b
         tensors = [tvm.runtime.tensor(x, dev) for x in (a, stored_b, bias)]
         tensors.append(tvm.runtime.tensor(np.zeros((m, n), "float16"), dev))
-        row = {"shape": label, "m": m, "n": n, "k": k, "auto": str(choose_tile(1, m, n)),
+        row = {"shape": label, "m": m, "n": n, "k": k, "auto": str(choose_tile(1, m, n, k)),
                "tiles": {}}
         print(f"{label:30s} {m}x{n}x{k} (auto: {row['auto']})", flush=True)
         engines = [(spec, True) for spec in tiles] + ([] if args.no_dlight else [("dlight", False)])

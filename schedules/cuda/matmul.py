@@ -95,24 +95,27 @@ TILES = (
     MmaTile(2, 2, 1, 1),
 )
 
-#: Reductions at least this deep take K steps of 64 (``chunk_k`` 4) on 128 x 128 blocks; other
-#: blocks and shallower reductions steps of 32. H200, fp16 GEMM + bias (session 17,
-#: benchmarks/h200/sweep.sh and run.sh): 128 x 128 blocks with steps of 64 ran 4096^3 at 285 -> 350
-#: TFLOP/s, BERT-base's batch-32 QKV and FFN1 GEMMs 12-28% faster with either weight layout;
-#: but 128 x 64 blocks with steps of 64 ran its [K, N]-stored N = 768 GEMMs (FFN2, the output
-#: projection) 25% slower (218 -> 163, 179 -> 154). At K = 64 (one step of 64) 92 -> 87.
-#: Eight-warp blocks (128 x 256, 256 x 128), four stages, and two stages were no faster.
+#: Reductions at least this deep take K steps of 64 (``chunk_k`` 4), shallower ones steps of 32.
+#: H200, fp16 GEMM + bias (session 17, benchmarks/h200/session17): steps of 64 ran 4096^3 at
+#: 285 -> 350 TFLOP/s and BERT-base's batch-32 QKV and FFN1 GEMMs 12-28% faster on 128 x 128
+#: blocks, and every block of 64 x 64 or smaller faster (BERT b1 QKV 46 -> 52, FFN2 38 -> 44, ViT's
+#: 197 tokens 33 -> 36); at K = 64 (one step of 64) 92 -> 87. Eight-warp blocks (128 x 256,
+#: 256 x 128), four stages and two stages were no faster.
 DEEP_K = 256
+#: Blocks that keep steps of 32 at any depth: 128 x 64 with steps of 64 (83 KB, two blocks an
+#: SM instead of four) ran BERT b32's N = 768 GEMMs 15-25% slower (out 179 -> 154, FFN2
+#: 218 -> 163 TFLOP/s).
+SHALLOW_BLOCKS = ((128, 64),)
 
 
 def choose_tile(batch: int | None, m: int | None, n: int | None, k: int | None = None,
                 sms: int = 132) -> MmaTile:
     """The tile for a ``batch x m x n`` output summed over ``k``: the largest block whose blocks
     fill the GPU's ``sms`` (at least one block each), scored by the share of padded work it
-    leaves, with K steps of 64 on 128 x 128 blocks where ``k`` is at least :data:`DEEP_K`;
-    symbolic sizes take the largest tile."""
+    leaves, with K steps of 64 where ``k`` is at least :data:`DEEP_K` (but on
+    :data:`SHALLOW_BLOCKS`); symbolic sizes take the largest tile."""
     tile = _block_tile(batch, m, n, sms)
-    deep = tile == TILES[0] and (k is None or k >= DEEP_K)
+    deep = (k is None or k >= DEEP_K) and (tile.block_m, tile.block_n) not in SHALLOW_BLOCKS
     return dataclasses.replace(tile, chunk_k=4) if deep else tile
 
 
