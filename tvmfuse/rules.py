@@ -60,7 +60,7 @@ REGISTRY = (
     RuleInfo("add_layer_norm", FUSION, "residual add + LayerNorm"),
     RuleInfo("scale_mask_softmax", FUSION, "attention scores: scale, mask, softmax"),
     RuleInfo("head_matmul", FUSION, "unfused attention's batched matmuls with the head split "
-                                    "and merge they read and write through"),
+                                    "they read Q and V through"),
     RuleInfo("elementwise", FUSE_OPS, "TVM's FuseOps on what the patterns left"),
 )
 RULES = tuple(r.name for r in REGISTRY)

@@ -74,7 +74,7 @@ def _warp_wide(trace: Trace) -> Trace:
     insts = []
     for inst in trace.insts:
         if inst.kind.name == "Split":
-            inputs = [tirx.IntImm(str(x.ty.dtype) if hasattr(x.ty, "dtype") else "int64", WARP)
+            inputs = [tirx.IntImm(str(x.ty.dtype), WARP)
                       if isinstance(x, tirx.IntImm) and int(x) == DLIGHT_THREADS else x
                       for x in inst.inputs]
             inst = Instruction(inst.kind, inputs, inst.attrs, inst.outputs)

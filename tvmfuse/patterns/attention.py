@@ -1,5 +1,5 @@
 """Attention fusion where the attention is not one kernel: scale, additive mask and softmax in
-one kernel; the batched matmuls with the head split and merge they read and write through.
+one kernel; the batched matmuls with the head split they read Q and V through.
 
 BERT's scores go ``reshape -> multiply(scale) -> add(mask) -> softmax -> broadcast_to ->
 reshape``; stock FuseOps cuts this before the softmax (a reduction cannot take an elementwise

@@ -21,8 +21,10 @@ def add_layer_norm_patterns(max_group_size: int) -> list[FusionPattern]:
     """``layer_norm(a + b)``, and in low-precision builds its casts: ToMixedPrecision keeps
     LayerNorm in float32, so a float16 GEMM's output is widened before the add and the
     normalized rows narrowed for the next GEMM (each cast a kernel of its own, 24 of 4 MB each in
-    BERT-base); here the widening is read in the kernel and the narrowed rows are its second
-    output (the float32 rows stay the residual's)."""
+    BERT-base); here the widenings are read in the kernel and the narrowed rows are its output.
+    The narrowing joins only where nothing else reads the float32 rows: StoreNarrowed makes the
+    residual read the narrowed copy (fusion would otherwise hide a value the graph still
+    needs)."""
     def operand():
         return is_op("relax.astype")(wildcard()) | wildcard()
 
