@@ -132,6 +132,22 @@ def test_dense_over_a_feature_map_tiles_all_its_rows_at_once():
     _close(_run(sch, [x, w, b], (1, 14, 14, 128)), np.maximum(x @ w + b, 0))
 
 
+def test_dense_over_a_feature_map_on_avx2_takes_a_tile_that_divides_its_rows():
+    """Merged rows are not padded (their last tile predicated): on AVX2 the GEMM's six-row tile
+    over 196 rows kept every tile's accumulators in memory (ConvNeXt on a Zen 3: 63 -> 113 ms);
+    a tile whose rows divide 196 is taken instead, and the numbers hold."""
+    def body(bb, x, w, b):
+        return relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b)))
+
+    avx2 = api.get_target("avx2")
+    inputs = [("x", (1, 14, 14, 64)), ("w", (64, 128)), ("b", (128,))]
+    sch = cpu.Dense(avx2.vector).apply(_kernel(inputs, body), avx2.tvm_target(), False)
+    rows = _extents(sch, "matmul_update")[-3]
+    assert 196 % rows == 0 and rows > 1
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    _close(_run(sch, [x, w, b], (1, 14, 14, 128)), np.maximum(x @ w + b, 0))
+
+
 def _blocks(sch):
     return [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
 
