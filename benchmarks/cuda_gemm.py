@@ -89,7 +89,7 @@ def parse_tile(spec: str) -> MmaTile | None:
     return None if spec == "auto" else MmaTile(*map(int, spec.split("x")))
 
 
-def time_ours(lib, dev, args, want) -> dict:
+def run_and_time(lib, dev, args, want) -> dict:
     """Run once (output poisoned with NaN first: every element must be written), check, time."""
     a, b, bias, out = args
     out.copyfrom(np.full(out.shape, np.nan, "float16"))
@@ -147,12 +147,16 @@ def main() -> int:
         print(f"{label:30s} {m}x{n}x{k} (auto: {row['auto']})", flush=True)
         engines = [(spec, True) for spec in tiles] + ([] if args.no_dlight else [("dlight", False)])
         for spec, ours in engines:
+            tile = parse_tile(spec) if ours else None
             try:
-                lib = build(gemm_bias(m, n, k, args.weight_nk), target, ours, parse_tile(spec) if ours else None)
-                result = None if lib is None else time_ours(lib, dev, tensors, want)
+                lib = build(gemm_bias(m, n, k, args.weight_nk), target, ours, tile)
+                result = None if lib is None else run_and_time(lib, dev, tensors, want)
             except Exception as err:  # noqa: BLE001 - one tile failing must not end the sweep
                 result = {"error": str(err).strip().splitlines()[-1][:200]}
-            row["tiles" if ours else "dlight"] = {**row["tiles"], spec: result} if ours else result
+            if ours:
+                row["tiles"][spec] = result
+            else:
+                row["dlight"] = result
             print(f"  {spec:14s} {fmt(result)}", flush=True)
         ta, tb, tbias = (torch.from_numpy(x).cuda() for x in (a, b, bias))
         ms = do_bench(lambda: torch.addmm(tbias, ta, tb), warmup=25, rep=200,

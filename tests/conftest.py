@@ -66,6 +66,23 @@ def run_cli(*args: str, cwd: Path | None = None, code: str | None = None):
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or REPO, env=env, timeout=600)
 
 
+def build_cuda_kernel(sch, target):
+    """Compile the one PrimFunc of schedule ``sch`` for the CUDA ``target`` as tvmfuse's CUDA
+    builds lower it (``cp.async`` on)."""
+    import tvm  # noqa: PLC0415 - only the CUDA schedule tests need it here
+
+    with target, tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
+        return tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol",
+                                                                           "main")}),
+                           target=target)
+
+
+def cuda_source(sch, target) -> str:
+    """The CUDA source of :func:`build_cuda_kernel`'s library."""
+    lib = build_cuda_kernel(sch, target)
+    return lib.mod.imports[0].inspect_source() if lib.mod.imports else lib.mod.inspect_source()
+
+
 def nvcc_compiles(source: str, folder: Path) -> None:
     """Compile CUDA ``source`` for sm_90 with nvcc in ``folder`` (the test fails with nvcc's
     error); skip the test where nvcc is not installed."""

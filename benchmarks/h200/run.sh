@@ -14,11 +14,15 @@ bench() {  # model batch seconds
         --no-db --engines "$ENGINES" --json "$OUT/$1-cuda-sm90-fp16-b$2.json" 2>&1 \
         | grep -v Warning | tail -9
 }
+numeric_tests() {  # seconds files...
+    local seconds=$1; shift
+    timeout "$seconds" python3 -m pytest -q -p no:cacheprovider "$@" -k "numbers or cuda" 2>&1 \
+        | tail -6 | tee "$OUT/pytest.log"
+}
 case "$1" in
 kernels)
-    timeout 170 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_matmul.py \
-        tests/schedules/test_cuda_conv.py tests/passes/test_fuse_attention.py \
-        -k "numbers or cuda" 2>&1 | tail -6 | tee "$OUT/pytest.log"
+    numeric_tests 170 tests/schedules/test_cuda_matmul.py tests/schedules/test_cuda_conv.py \
+        tests/passes/test_fuse_attention.py
     timeout 120 python3 benchmarks/cuda_gemm.py --no-dlight --json "$OUT/cuda-gemm.json" 2>&1 \
         | grep -v Warning > "$OUT/gemm.log"
     grep -A2 "^square\|BERT b32\|ResNet b32" "$OUT/gemm.log"
@@ -33,9 +37,8 @@ b1)
     MODELS=bert-base BATCH=32 PROFILE_SECONDS=170 bash benchmarks/h200/profile.sh
     ;;
 short)
-    timeout 110 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_rows.py \
-        tests/schedules/test_cuda_matmul.py tests/passes/test_fuse_attention.py \
-        -k "numbers or cuda" 2>&1 | tail -4 | tee "$OUT/pytest.log"
+    numeric_tests 110 tests/schedules/test_cuda_rows.py tests/schedules/test_cuda_matmul.py \
+        tests/passes/test_fuse_attention.py
     bench bert-base 32 150; bench bert-base 1 140; bench resnet50 32 140
     ;;
 *) echo "usage: run.sh kernels|b32|b1|short" >&2; exit 2 ;;

@@ -201,13 +201,13 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         rows = math.prod(static_extent(sch, loops[i]) for i in merged)
     if row_chunks and len(spatial) < 2:
         return None
-    if merged is not None and tall and rows % getattr(choose_tile(rows, cols, vector, tall=True),
-                                                      "rows", 1):
+    tile = choose_tile(rows, cols, vector, tall=tall)
+    if merged is not None and tall and tile is not None and rows % tile.rows:
         # merged rows stay predicated (see _row_multiple): a tall tile that does not divide them
         # kept every tile's accumulators in memory (ConvNeXt's 3136/784/196-row GEMMs in six-row
         # tiles on a Zen 3: 82-98 GFLOP/s, the model 63 -> 113 ms); the half-file tile divides
         tall = False
-    tile = choose_tile(rows, cols, vector, tall=tall)
+        tile = choose_tile(rows, cols, vector)
     padded = choose_tile(rows, cols, vector, pad=True, tall=tall)
     # a column tail, or columns no large tile divides: whole tiles over padded columns; and the
     # rows in whole tiles (see _row_multiple)

@@ -33,8 +33,8 @@ WARP = 32
 #: Warps (query rows) per thread block.
 ROWS = 4
 #: float16 attention of at least this many multiply-adds (QK^T and PV: 2 B H S S_kv D) is left
-#: unfused, its two batched matmuls to the tensor-core GEMM (``matmul.py``) and its softmax to
-#: dlight: this kernel's SIMT dot products ran BERT-base's at batch 32 (805 M) at 7 TFLOP/s, 2.65
+#: unfused, its two batched matmuls to the tensor-core GEMM (``matmul.py``) and its softmax to a
+#: warp a row (``rows.py``): this kernel's SIMT dot products ran BERT-base's at batch 32 (805 M) at 7 TFLOP/s, 2.65
 #: of its 6.5 ms on the H200 (session 17's profile); at batch 1 (25 M) it is 7 us a layer, where
 #: the unfused chain's eight launches would cost more. Where between the two the chain starts
 #: to win has not been measured: batch 6 of BERT's shape is this threshold.

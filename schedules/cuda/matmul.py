@@ -36,7 +36,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.s_tir.dlight.gpu.matmul import (
     auto_inline_consumer_chain, auto_inline_producers, get_index_map, get_reduction_blocks,
 )
-from ..cpu._tir import static_int, uses
+from ..cpu._tir import lanes_for, static_int, uses
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cuda.mma_matmul"
@@ -284,9 +284,7 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     #    the output's rows (a vector must not straddle two rows: misaligned addresses)
     auto_inline_consumer_chain(sch, to_global)
     out = sch.get(to_global).writes[0].source
-    width = 16 * 8 // tvm.runtime.DataType(out.dtype).bits
-    while width > 1 and (n is None or n % width):
-        width //= 2
+    width = lanes_for(n, 16 * 8 // tvm.runtime.DataType(out.dtype).bits)
     fused = sch.fuse(*sch.get_loops(to_global)[-2:])
     _, tx, lanes = sch.split(fused, [None, WARP, width])
     sch.bind(tx, "threadIdx.x")

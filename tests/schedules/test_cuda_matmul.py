@@ -13,7 +13,7 @@ from tvm import te
 
 from tvmfuse import api
 from tvmfuse.schedules.cuda.matmul import TILES, MmaTile, TensorCoreMatmul, choose_tile
-from conftest import nvcc_compiles
+from conftest import build_cuda_kernel, cuda_source, nvcc_compiles
 
 TARGET = api.get_target("cuda-sm90").tvm_target()
 GPU = tvm.cuda(0).exist
@@ -46,11 +46,7 @@ def _gemm(m, n, k, *, weight_nk=False, batch=None, accumulate="float32", epilogu
 
 
 def _source(sch) -> str:
-    with TARGET, tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
-        lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol",
-                                                                           "main")}),
-                          target=TARGET)
-    return lib.mod.imports[0].inspect_source() if lib.mod.imports else lib.mod.inspect_source()
+    return cuda_source(sch, TARGET)
 
 
 @pytest.mark.parametrize("m,n,k,weight_nk", [(256, 256, 128, False), (197, 768, 77, True),
@@ -135,10 +131,7 @@ def test_numbers_against_numpy(m, n, k, weight_nk, batch):
     func = _gemm(m, n, k, weight_nk=weight_nk, batch=batch)
     sch = TensorCoreMatmul().apply(func, TARGET, False)
     assert sch is not None
-    with TARGET, tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
-        lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol",
-                                                                           "main")}),
-                          target=TARGET)
+    lib = build_cuda_kernel(sch, TARGET)
     rng = np.random.default_rng(m + n + k)
     lead = (batch,) if batch else ()
     a = rng.standard_normal((*lead, m, k)).astype("float16")

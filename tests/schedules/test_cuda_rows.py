@@ -13,7 +13,7 @@ from tvm import te
 
 from tvmfuse import api
 from tvmfuse.schedules.cuda.rows import MAX_ROW, WarpRows
-from conftest import nvcc_compiles
+from conftest import build_cuda_kernel, cuda_source, nvcc_compiles
 
 TARGET = api.get_target("cuda-sm90").tvm_target()
 GPU = tvm.cuda(0).exist
@@ -37,19 +37,11 @@ def _softmax(rows: int, cols: int):
     return te.create_prim_func([x, mask, topi.cast(topi.nn.softmax(scaled, axis=1), "float16")])
 
 
-def _source(sch) -> str:
-    with TARGET:
-        lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol",
-                                                                           "main")}),
-                          target=TARGET)
-    return lib.mod.imports[0].inspect_source()
-
-
 @pytest.mark.parametrize("kernel", [_layer_norm, _softmax])
 def test_a_warp_a_row_with_shuffles_only_and_nvcc_compiles_it(kernel, tmp_path):
     sch = WarpRows().apply(kernel(4096, 197), TARGET, False)
     assert sch is not None
-    source = _source(sch)
+    source = cuda_source(sch, TARGET)
     assert "__launch_bounds__(32)" in source
     assert "__shfl_down_sync" in source and "red_buf_staging" not in source  # no block reduction
     nvcc_compiles(source, tmp_path)
@@ -68,9 +60,7 @@ def test_numbers_against_numpy(cols):
     rows, dev = 333, tvm.cuda(0)
     for kernel in (_layer_norm, _softmax):
         func = kernel(rows, cols)
-        with TARGET:
-            lib = tvm.compile(tvm.IRModule({"main": WarpRows().apply(func, TARGET, False).mod[
-                "main"].with_attr("global_symbol", "main")}), target=TARGET)
+        lib = build_cuda_kernel(WarpRows().apply(func, TARGET, False), TARGET)
         x = rng.standard_normal((rows, cols)).astype("float16")
         if kernel is _layer_norm:
             gamma, beta = (rng.standard_normal(cols).astype("float32") for _ in range(2))
