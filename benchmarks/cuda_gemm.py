@@ -5,9 +5,12 @@ bias)``, fp16 operands, float32 accumulation; every result is checked against fl
 
     python3 benchmarks/cuda_gemm.py [--shapes M,N,K;...] [--json benchmarks/cuda-gemm.json]
     python3 benchmarks/cuda_gemm.py --tiles auto,2x4x4x4x4x3,... --no-dlight   # a tile sweep
+    python3 benchmarks/cuda_gemm.py --tiles auto,wgmma,wg128x6                 # with wgmma
 
 A tile is ``warps_m x warps_n x frag_m x frag_n x chunk_k x stages`` (:class:`MmaTile`); ``auto``
-is the one :func:`choose_tile` picks. The JSON is rewritten after every shape, so a run cut short
+is the one :func:`choose_tile` picks. ``wgmma`` is the Hopper kernel of ``schedules/cuda/
+wgmma.py`` with the tile :func:`choose_wgmma_tile` picks, ``wg<block_n>x<stages>`` a given one
+(its B is stored [N, K] whatever ``--weight-nk`` says: wgmma reads both operands K-major). The JSON is rewritten after every shape, so a run cut short
 keeps what it measured.
 
 Times are CUDA-event medians (``triton.testing.do_bench`` where torch runs, TVM's
@@ -28,6 +31,7 @@ from tvm import te
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tvmfuse.schedules.cuda.matmul import MmaTile, TensorCoreMatmul, choose_tile  # noqa: E402
+from tvmfuse.schedules.cuda.wgmma import WgmmaTile, gemm_kernel  # noqa: E402
 from tvm.s_tir import dlight as dl  # noqa: E402
 
 #: (label, M, N, K): BERT-base's GEMMs at batch 1 and 32 (seq 128), ResNet-50's 1x1 convs as
@@ -84,6 +88,17 @@ def build(func, target, ours: bool, tile: MmaTile | None = None):
                            target=target)
 
 
+def build_wgmma(m: int, n: int, k: int, tile: WgmmaTile | None):
+    """The wgmma kernel with the same bias epilogue, B [N, K]; sm_90a (wgmma's arch)."""
+    from tvm.script import tirx as T  # noqa: PLC0415
+
+    bias = tvm.tirx.decl_buffer((n,), "float16", name="bias")
+    func = gemm_kernel(m, n, k, tile, epilogue=lambda acc, row, col: T.Cast(
+        "float16", acc + T.Cast("float32", bias[col])), extra=(bias,))
+    target = tvm.target.Target({**TARGET, "arch": "sm_90a"})
+    return tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline="tirx")
+
+
 def parse_tile(spec: str) -> MmaTile | None:
     """``auto`` (None: choose_tile decides) or ``WMxWNxFMxFNxCKxST``."""
     return None if spec == "auto" else MmaTile(*map(int, spec.split("x")))
@@ -92,13 +107,13 @@ def parse_tile(spec: str) -> MmaTile | None:
 def run_and_time(lib, dev, args, want) -> dict:
     """Run once (output poisoned with NaN first: every element must be written), check, time."""
     a, b, bias, out = args
+    k = a.shape[1]
     out.copyfrom(np.full(out.shape, np.nan, "float16"))
     lib["main"](a, b, bias, out)
     got = out.numpy().astype("float32")
     timer = lib.mod.time_evaluator("main", dev, number=20, repeat=10)
     ms = float(np.median(timer(*args).results)) * 1e3
     m, n = want.shape
-    k = a.shape[1]
     err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
     return {"ms": ms, "tflops": 2 * m * n * k / ms / 1e9,
             "rel_err": err if np.isfinite(err) else "nan (unwritten or overflowed outputs)"}
@@ -142,15 +157,21 @@ def main() -> int:
         stored_b = np.ascontiguousarray(b.T) if args.weight_nk else b
         tensors = [tvm.runtime.tensor(x, dev) for x in (a, stored_b, bias)]
         tensors.append(tvm.runtime.tensor(np.zeros((m, n), "float16"), dev))
+        b_nk = tensors[1] if args.weight_nk else tvm.runtime.tensor(np.ascontiguousarray(b.T), dev)
         row = {"shape": label, "m": m, "n": n, "k": k, "auto": str(choose_tile(1, m, n, k)),
                "tiles": {}}
         print(f"{label:30s} {m}x{n}x{k} (auto: {row['auto']})", flush=True)
         engines = [(spec, True) for spec in tiles] + ([] if args.no_dlight else [("dlight", False)])
         for spec, ours in engines:
-            tile = parse_tile(spec) if ours else None
             try:
-                lib = build(gemm_bias(m, n, k, args.weight_nk), target, ours, tile)
-                result = None if lib is None else run_and_time(lib, dev, tensors, want)
+                if spec.startswith("wg"):
+                    lib = build_wgmma(m, n, k, None if spec == "wgmma" else WgmmaTile(
+                        *map(int, spec[2:].split("x"))))
+                    result = run_and_time(lib, dev, [tensors[0], b_nk, *tensors[2:]], want)
+                else:
+                    tile = parse_tile(spec) if ours else None
+                    lib = build(gemm_bias(m, n, k, args.weight_nk), target, ours, tile)
+                    result = None if lib is None else run_and_time(lib, dev, tensors, want)
             except Exception as err:  # noqa: BLE001 - one tile failing must not end the sweep
                 result = {"error": str(err).strip().splitlines()[-1][:200]}
             if ours:

@@ -248,14 +248,15 @@ def _log_implementations(analysis: Analysis) -> None:
 
 
 def cuda_source(executable) -> str | None:
-    """The CUDA C of a build's kernels (None for a CPU build)."""
-    pending = list(executable.mod.imports)
+    """The CUDA C of a build's kernels (None for a CPU build): every CUDA module's, the sm_90a
+    one of the wgmma kernels included."""
+    pending, sources = list(executable.mod.imports), []
     while pending:
         module = pending.pop()
         pending.extend(module.imports)
         if module.kind == "cuda":
-            return module.inspect_source()
-    return None
+            sources.append(module.inspect_source())
+    return "\n".join(sources) if sources else None
 
 
 def _dump_device_sources(executable, folder: Path) -> None:

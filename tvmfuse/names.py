@@ -37,3 +37,6 @@ WINOGRAD_INPUT, WINOGRAD_OUTPUT = "winograd_input", "winograd_output"
 #: ``schedules/cpu/reduction.py`` schedules them): the partial results, valued with their count of
 #: vector accumulators, and the small reductions that combine them.
 ROW_PARTIALS, ROW_COMBINE = "tvmfuse.row_partials", "tvmfuse.row_combine"
+#: PrimFunc attribute of a kernel written in TIRx (the wgmma GEMM): lowered by TIRx's pipeline,
+#: not the s_tir one the scheduled kernels take.
+TIRX_KERNEL = "tvmfuse.tirx_kernel"

@@ -172,7 +172,8 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         Phase("apply_database", tvm.transform.Sequential(_apply_database(options.database))),
         # 9. the hand-written rules from schedules/, then TVM's defaults for what is left (see
         #    tvmfuse.strategy);
-        Phase("schedule", family.scheduler()),
+        Phase("schedule", tvm.transform.Sequential([*family.kernel_passes(rules),
+                                                    family.scheduler()])),
         # 10. the weight layouts the schedules chose, computed at build time.
         Phase("prepack", _if(prepack, PrepackWeights())),
         # 11. Lower dataflow to VM instructions and plan memory (TVM's per-target passes).
@@ -231,9 +232,10 @@ def _group_builder(target: TargetSpec, options: PipelineOptions):
 def lower(mod: tvm.IRModule, target: TargetSpec):
     """Compile the scheduled ``mod`` for ``target`` (TIR lowering and codegen, under the
     options of its strategy)."""
-    config = strategy.for_target(target).lowering_config()
-    with tvm.transform.PassContext(opt_level=3, config=config):
-        return tvm.compile(mod, target=target.tvm_target(), relax_pipeline=None)
+    family = strategy.for_target(target)
+    with tvm.transform.PassContext(opt_level=3, config=family.lowering_config()):
+        return tvm.compile(mod, target=target.tvm_target(), relax_pipeline=None,
+                           tir_pipeline=family.tir_pipeline())
 
 
 def _device_here(target: TargetSpec):

@@ -19,6 +19,7 @@ from .normalize_squeeze_axes import NormalizeSqueezeAxes
 from .prepack_weights import PrepackWeights
 from .simplify_bounded_shapes import SimplifyBoundedShapes
 from .store_narrowed import StoreNarrowed
+from .use_wgmma_gemms import UseWgmmaGemms
 from .verify_fusion import VerifyFusion
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
@@ -28,5 +29,5 @@ __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNo
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv",
            "NormalizeSqueezeAxes", "PrepackWeights", "SimplifyBoundedShapes", "StoreNarrowed",
-           "VerifyFusion",
+           "UseWgmmaGemms", "VerifyFusion",
            "WidenIntegerCumsum", "WinogradConv2D"]

@@ -25,6 +25,15 @@ class Strategy:
         """Relax op -> the legalization tvmfuse gives it instead of TVM's."""
         return {}
 
+    def kernel_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
+        """Passes that give kernels an implementation before the schedule rules run (kernels
+        written whole, not scheduled)."""
+        return []
+
+    def tir_pipeline(self) -> str:
+        """The TIR lowering pipeline (a name ``tvm.tirx.get_tir_pipeline`` knows)."""
+        return "default"
+
     def scheduler(self) -> ApplyScheduleRules:
         """The schedule phase: the family's rules in the order they are tried."""
         raise NotImplementedError

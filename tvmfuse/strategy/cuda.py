@@ -7,12 +7,16 @@ from __future__ import annotations
 import tvm
 from tvm.s_tir import dlight as dl
 
-from ..passes import ApplyScheduleRules
+from ..names import TIRX_KERNEL
+from ..passes import ApplyScheduleRules, UseWgmmaGemms
 from ..schedules.cuda.attention import attention_kernel
 from ..schedules.cuda.matmul import TensorCoreMatmul
 from ..schedules.cuda.rows import WarpRows
 from ..rules import Rule
 from .base import Strategy, nhwc_convs
+
+#: The TIR pipeline of CUDA builds: TIRx's for the kernels written in TIRx, s_tir's for the rest.
+MIXED_PIPELINE = "tvmfuse.cuda"
 
 
 class CudaStrategy(Strategy):
@@ -23,6 +27,17 @@ class CudaStrategy(Strategy):
         if not rules["conv_layout_nhwc"].enabled:
             return []
         return nhwc_convs("OHWI")
+
+    def kernel_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
+        """Large fp16 GEMMs over constant weights as Hopper wgmma kernels
+        (``schedules/cuda/wgmma.py``, rule ``wgmma_gemm``), on an sm_90a target."""
+        rule = rules["wgmma_gemm"]
+        if not rule.enabled:
+            return []
+        return [UseWgmmaGemms(tvm.target.Target({**self.target.config, "arch": "sm_90a"}))]
+
+    def tir_pipeline(self) -> str:
+        return MIXED_PIPELINE
 
     def scheduler(self) -> ApplyScheduleRules:
         """fp16 matmuls and convs on tensor cores (``schedules/cuda/matmul.py``), row
@@ -50,3 +65,31 @@ class CudaStrategy(Strategy):
 
     def attention_kernel(self):
         return attention_kernel
+
+
+def _mixed_pipeline():
+    """TIRx's lowering for the functions marked ``TIRX_KERNEL``, s_tir's for the others; both
+    end in the same host and device finalization."""
+    from tvm.tirx import compilation_pipeline  # noqa: PLC0415
+    import tvm.s_tir.pipeline  # noqa: F401, PLC0415 - registers the s_tir pipeline
+
+    s_tir, finalize_host, finalize_device = compilation_pipeline.get_tir_pipeline("s_tir")
+    tirx = compilation_pipeline.get_tir_pipeline("tirx")[0]
+
+    def written_in_tirx(func) -> bool:
+        return bool(func.attrs and func.attrs.get(TIRX_KERNEL, False))
+
+    @tvm.transform.module_pass(opt_level=0, name="MixedTIRPipeline")
+    def mixed(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        written = tvm.tirx.transform.Filter(written_in_tirx)(mod)
+        if not written.functions:
+            return s_tir(mod)
+        lowered = s_tir(tvm.tirx.transform.Filter(lambda f: not written_in_tirx(f))(mod))
+        for gvar, func in tirx(written).functions.items():
+            lowered[gvar] = func
+        return lowered
+
+    return mixed, finalize_host, finalize_device
+
+
+tvm.tirx.compilation_pipeline.register_tir_pipeline(MIXED_PIPELINE, _mixed_pipeline)

@@ -1,0 +1,446 @@
+"""GEMMs on Hopper's ``wgmma``: a warp-specialized TIRx kernel fed by TMA through an mbarrier
+pipeline, for the large fp16 GEMMs where ``mma.sync`` (``matmul.py``) stops at about half of what
+the H200's tensor cores give cuBLAS.
+
+``C[m, n] = epilogue(sum_k A[m, k] * B[n, k], m, n)``, both operands K-major (a torch weight's
+[N, K] layout), float32 accumulation:
+
+- one thread block per ``block_m x block_n`` tile of C (grouped along M so that neighbouring
+  blocks share B's tiles in L2), three warpgroups;
+- warpgroup 0 is the producer: one thread issues the TMA copies of A's and B's ``block_k = 64``
+  column tiles (128 bytes a row, TMA's 128-byte swizzle, so wgmma reads them without bank
+  conflicts) into ``stages`` shared-memory slots, each with a *full* and an *empty* mbarrier;
+- warpgroups 1 and 2 own 64 rows each: four ``wgmma.m64n{block_n}k16`` a slot from the two
+  swizzled tiles (matrix descriptors, no register copy), one wgmma group kept in flight, the slot
+  released to the producer when the group before it completes;
+- the accumulators (``block_n / 2`` float32 registers a thread; ``setmaxnreg`` moves registers
+  from the producer to the consumers) go through the epilogue straight to global memory,
+  predicated at M's and N's edges.
+
+Sizes need not be multiples of the tile: TMA reads zeros outside A and B (so K's last step adds
+zeros), and the stores skip rows and columns outside C. K must be a multiple of 8 (TMA's global
+strides are multiples of 16 bytes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import tvm
+from tvm.script import tirx as T
+
+#: Columns of K a pipeline slot holds: 64 halves are one 128-byte swizzle row.
+BLOCK_K = 64
+#: wgmma's M per warpgroup and its K per instruction.
+WG_M = 16 * 4
+WG_K = 16
+#: Threads of a warpgroup.
+WG_THREADS = 128
+#: M tiles grouped together in the launch order (L2 reuse of B's tiles).
+GROUP_M = 8
+#: TMA's swizzle mode and the wgmma descriptor's for 128-byte rows (CU_TENSOR_MAP_SWIZZLE_128B).
+SWIZZLE_128B = 3
+#: The descriptor's stride between 8-row groups, in 16-byte units: 8 rows of 128 bytes.
+SWIZZLE_ATOM_STRIDE = 8 * 128 // 16
+#: Registers a thread after setmaxnreg: 2 x 128 x 232 + 128 x 40 <= 65536.
+CONSUMER_REGISTERS = 232
+PRODUCER_REGISTERS = 40
+#: Floats of padding a staged accumulator row: rows 8 banks apart, not 32 (all in one bank).
+STAGED_PAD = 8
+#: Shared memory a block may use on sm_90 (227 KiB), less the barriers.
+SHARED_BYTES = 227 * 1024 - 1024
+
+
+@dataclass(frozen=True)
+class WgmmaTile:
+    """A thread block's tile: ``consumers`` warpgroups of 64 rows each, ``block_n`` columns
+    (a multiple of 16 up to 256: wgmma's N), ``stages`` pipeline slots of 64 columns of K."""
+
+    block_n: int = 256
+    stages: int = 4
+    consumers: int = 2
+
+    @property
+    def block_m(self) -> int:
+        return self.consumers * WG_M
+
+    def shared_bytes(self) -> int:
+        """The pipeline's slots; the float32 accumulators are staged in the same memory."""
+        pipeline = self.stages * (self.block_m + self.block_n) * BLOCK_K * 2
+        return max(pipeline, self.block_m * (self.block_n + STAGED_PAD) * 4)
+
+    def validate(self) -> None:
+        if self.block_n % 16 or not 16 <= self.block_n <= 256:
+            raise ValueError(f"block_n {self.block_n}: wgmma takes N a multiple of 16 up to 256")
+        if self.shared_bytes() > SHARED_BYTES:
+            raise ValueError(f"{self} needs {self.shared_bytes()} bytes of shared memory")
+
+
+#: ``epilogue(acc, row, col) -> value``: the accumulator (float32) at C[row, col] to the value
+#: stored; the buffers it reads (a bias, a residual) become the kernel's parameters.
+Epilogue = Callable[["tvm.ir.PrimExpr", "tvm.ir.PrimExpr", "tvm.ir.PrimExpr"], "tvm.ir.PrimExpr"]
+
+
+def choose_wgmma_tile(m: int, n: int, sms: int = 132) -> WgmmaTile:
+    """The tile whose blocks fill the GPU's SMs best (fewest partial waves), wider N first."""
+    best = None
+    for block_n in (256, 192, 128):
+        tile = WgmmaTile(block_n=block_n)
+        blocks = math.ceil(m / tile.block_m) * math.ceil(n / block_n)
+        waves = math.ceil(blocks / sms)
+        efficiency = blocks / (waves * sms)
+        if best is None or efficiency > best[0] + 0.05:
+            best = (efficiency, tile)
+    return best[1]
+
+
+def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
+                out_dtype: str = "float16", in_dtype: str = "float16",
+                epilogue: Epilogue | None = None,
+                extra: tuple[tvm.tirx.Buffer, ...] = (),
+                a_shape: tuple | None = None, c_shape: tuple | None = None) -> tvm.tirx.PrimFunc:
+    """The TIRx PrimFunc ``(A [m, k], B [n, k], *extra, C [m, n])``: ``epilogue(acc, row, col)``
+    gives the value stored at C[row, col] (by default the accumulator cast to ``out_dtype``),
+    reading the buffers ``extra`` (``tvm.tirx.decl_buffer``s), which become parameters.
+    ``a_shape`` and ``c_shape`` declare A and C with leading batch axes (rows are their
+    product: a linear layer's [batch, seq, features])."""
+    tile = tile or choose_wgmma_tile(m, n)
+    tile.validate()
+    if k % 8:
+        raise ValueError(f"K = {k}: TMA needs K a multiple of 8 (16-byte rows)")
+    bm, bn, stages, consumers = tile.block_m, tile.block_n, tile.stages, tile.consumers
+    tiles_m, tiles_n = math.ceil(m / bm), math.ceil(n / bn)
+    k_steps = math.ceil(k / BLOCK_K)
+    group = GROUP_M * tiles_n
+    acc_len = bn // 2
+    # 16-byte stores where C's rows keep them aligned
+    vec = 8 if n % 8 == 0 else 1
+    a_stage, b_stage = bm * BLOCK_K, bn * BLOCK_K
+    stage_bytes = (a_stage + b_stage) * 2
+    ab = {"float16": "f16", "bfloat16": "bf16"}[in_dtype]
+    mma = f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ab}.{ab}"
+    if epilogue is None:
+        def epilogue(acc, row, col):  # noqa: ARG001
+            return T.Cast(out_dtype, acc)
+
+    # fmt: off
+    @T.prim_func(check_well_formed=False)  # the epilogue's buffers are added as parameters below
+    def kernel(a_handle: T.handle, b_handle: T.handle, c_handle: T.handle):
+        A = T.match_buffer(a_handle, a_shape or (m, k), in_dtype, align=16)
+        B = T.match_buffer(b_handle, (n, k), in_dtype, align=16)
+        C_param = T.match_buffer(c_handle, c_shape or (m, n), out_dtype, align=16)
+        a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, in_dtype, 2, A.data,
+                      k, m, k * 2, BLOCK_K, bm, 1, 1, 0, SWIZZLE_128B, 0, 0)
+        b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
+        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, in_dtype, 2, B.data,
+                      k, n, k * 2, BLOCK_K, bn, 1, 1, 0, SWIZZLE_128B, 0, 0)
+
+        T.device_entry()
+        T.attr({"tirx.launch_bounds_min_blocks_per_sm": 1})
+        bid = T.cta_id([tiles_m * tiles_n])
+        wg = T.warpgroup_id([consumers + 1])
+        tid = T.thread_id_in_wg([WG_THREADS])
+
+        arena = T.alloc_buffer((tile.shared_bytes() // 2,), in_dtype, scope="shared.dyn",
+                               align=1024)
+        a_smem = T.decl_buffer((stages, bm, BLOCK_K), in_dtype, data=arena.data,
+                               scope="shared.dyn")
+        b_smem = T.decl_buffer((stages, bn, BLOCK_K), in_dtype, data=arena.data,
+                               elem_offset=stages * a_stage, scope="shared.dyn")
+        C = T.decl_buffer((m, n), out_dtype, data=C_param.data)
+        staged = T.decl_buffer((bm, bn + STAGED_PAD), "float32", data=arena.data,
+                               scope="shared.dyn")
+        full = T.alloc_shared((stages,), "uint64")
+        empty = T.alloc_shared((stages,), "uint64")
+
+        # grouped launch order: GROUP_M tiles of M share each tile of N
+        first_m = T.meta_var(bid // group * GROUP_M)
+        group_m = T.meta_var(T.min(tiles_m - first_m, GROUP_M))
+        tile_m = T.meta_var(first_m + bid % group % group_m)
+        tile_n = T.meta_var(bid % group // group_m)
+
+        if wg == 0 and tid == 0:
+            for s in T.unroll(stages):
+                T.ptx.mbarrier.init.shared.b64(T.address_of(full[s]), T.uint32(1))
+                T.ptx.mbarrier.init.shared.b64(T.address_of(empty[s]),
+                                               T.uint32(consumers * WG_THREADS))
+        T.ptx.fence.proxy.async_.shared__cta()
+        T.cuda.cta_sync()
+
+        if wg == 0:
+            T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGISTERS)
+            if tid == 0:
+                for kt in T.serial(k_steps):
+                    s = T.meta_var(kt % stages)
+                    if kt >= stages:
+                        T.cuda.mbarrier_wait(T.address_of(empty[s]), (kt // stages + 1) % 2)
+                    T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
+                                                               T.uint32(stage_bytes))
+                    T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                        a_smem.ptr_to([s, 0, 0]), T.address_of(a_map), kt * BLOCK_K,
+                        tile_m * bm, T.address_of(full[s]))
+                    T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                        b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), kt * BLOCK_K,
+                        tile_n * bn, T.address_of(full[s]))
+        else:
+            T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
+            acc = T.alloc_local((acc_len,), "float32")
+            desc_a: T.uint64
+            desc_b: T.uint64
+            for i in T.unroll(acc_len):
+                acc[i] = T.float32(0)
+            for kt in T.serial(k_steps):
+                s = T.meta_var(kt % stages)
+                T.cuda.mbarrier_wait(T.address_of(full[s]), kt // stages % 2)
+                T.ptx.wgmma.fence.sync.aligned()
+                for kk in T.unroll(BLOCK_K // WG_K):
+                    T.cuda.wgmma.encode_matrix_descriptor(
+                        T.address_of(desc_a), a_smem.ptr_to([s, (wg - 1) * WG_M, kk * WG_K]),
+                        1, SWIZZLE_ATOM_STRIDE, SWIZZLE_128B)
+                    T.cuda.wgmma.encode_matrix_descriptor(
+                        T.address_of(desc_b), b_smem.ptr_to([s, 0, kk * WG_K]),
+                        1, SWIZZLE_ATOM_STRIDE, SWIZZLE_128B)
+                    T.ptx[mma](*_elements(acc, acc_len), desc_a, desc_b, T.bool(True),
+                               1, 1, 0, 0)
+                T.ptx.wgmma.commit_group.sync.aligned()
+                # the group before this one has read its slot: hand that slot back
+                T.ptx.wgmma.wait_group.sync.aligned(1)
+                if kt > 0:
+                    T.ptx.mbarrier.arrive.shared.b64(T.address_of(empty[(kt + stages - 1) % stages]))
+            T.ptx.wgmma.wait_group.sync.aligned(0)
+
+            # The accumulators go through shared memory (the pipeline's slots, free once both
+            # consumers have passed their last wgmma) so that each thread then applies the
+            # epilogue to `vec` consecutive columns and stores them as one vector: stored from
+            # the fragments, four threads would write 16 bytes of a row, 2 bytes at a time.
+            # Accumulator j*4 + e of a thread: row 16 * warp + lane / 4 (+ 8 for e >= 2),
+            # column 8 * j + 2 * (lane % 4) (+ 1 for odd e).
+            T.ptx.bar.sync(T.uint32(1), T.uint32(consumers * WG_THREADS))
+            wg_row = T.meta_var((wg - 1) * WG_M)
+            for j in T.unroll(bn // 8):
+                for e in T.unroll(4):
+                    staged[wg_row + tid // 32 * 16 + tid % 32 // 4 + e // 2 * 8,
+                           j * 8 + tid % 4 * 2 + e % 2] = acc[j * 4 + e]
+            T.ptx.bar.sync(T.Cast("uint32", 1 + wg), T.uint32(WG_THREADS))
+            for it in T.unroll(WG_M * bn // vec // WG_THREADS):
+                r = T.meta_var((it * WG_THREADS + tid) // (bn // vec))
+                c = T.meta_var((it * WG_THREADS + tid) % (bn // vec) * vec)
+                row = T.meta_var(tile_m * bm + wg_row + r)
+                col = T.meta_var(tile_n * bn + c)
+                if row < m and col + vec <= n:
+                    for e in T.vectorized(vec):
+                        C[row, col + e] = epilogue(staged[wg_row + r, c + e], row, col + e)
+                elif row < m:
+                    for e in T.serial(vec):
+                        if col + e < n:
+                            C[row, col + e] = epilogue(staged[wg_row + r, c + e], row, col + e)
+    # fmt: on
+    return _with_params(kernel, extra)
+
+
+def _elements(buf: tvm.tirx.Buffer, count: int) -> list:
+    return [buf[i] for i in range(count)]
+
+
+def _with_params(func: tvm.tirx.PrimFunc, extra: tuple[tvm.tirx.Buffer, ...]) -> tvm.tirx.PrimFunc:
+    """``func`` with the buffers its epilogue reads as parameters between B and C."""
+    if not extra:
+        return func
+    params = list(func.params)
+    return tvm.tirx.PrimFunc(params[:2] + list(extra) + params[2:], func.body, func.ret_type,
+                             func.attrs)
+
+
+#: The name a kernel of this file reports as its implementation.
+NAME = "cuda.wgmma_gemm"
+
+
+@dataclass(frozen=True)
+class GemmMatch:
+    """A fused kernel the wgmma kernel computes: ``out = epilogue(A @ B)`` with A [..., M', K]
+    (rows: the leading axes), B [K, N] (``b_kn``, a legalized linear layer's weight, which the
+    kernel reads transposed) or [N, K], and an elementwise epilogue."""
+
+    func: tvm.tirx.PrimFunc
+    a: tvm.tirx.Buffer
+    b: tvm.tirx.Buffer
+    out: tvm.tirx.Buffer
+    m: int
+    n: int
+    k: int
+    b_kn: bool
+    #: The output block's iterators (rows..., column), its stored value, and the matmul's
+    #: buffer that value reads (the accumulator, in the kernel).
+    iters: tuple
+    value: object
+    accumulator: tvm.tirx.Buffer
+
+    @property
+    def b_index(self) -> int:
+        """B's position among the kernel's parameters."""
+        return [p.same_as(self.b) for p in self.func.params].index(True)
+
+    def kernel(self, tile: WgmmaTile | None = None) -> tvm.tirx.PrimFunc:
+        """The TIRx kernel, its parameters in the fused kernel's order (B now [N, K])."""
+        extents = [int(d) for d in self.out.shape[:-1]]
+
+        def epilogue(acc, row, col):
+            index = []
+            for extent in reversed(extents):
+                index.append(row % extent)
+                row = row // extent
+            values = [*reversed(index), col]
+            bound = {var: T.Cast(var.ty, value) for var, value in zip(self.iters, values)}
+            return _rebuild(self.value, lambda load: acc if load.source.same_as(
+                self.accumulator) else None, bound)
+
+        extra = tuple(p for p in self.func.params
+                      if not any(p.same_as(x) for x in (self.a, self.b, self.out)))
+        func = gemm_kernel(self.m, self.n, self.k, tile, out_dtype=str(self.out.dtype),
+                           in_dtype=str(self.a.dtype), epilogue=epilogue, extra=extra,
+                           a_shape=tuple(int(d) for d in self.a.shape),
+                           c_shape=tuple(int(d) for d in self.out.shape))
+        a, b, *_, c = func.params
+        params = [a if p.same_as(self.a) else b if p.same_as(self.b) else c
+                  if p.same_as(self.out) else p for p in self.func.params]
+        return tvm.tirx.PrimFunc(params, func.body, func.ret_type, func.attrs)
+
+
+def match_gemm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch | None:
+    """The GEMM ``func`` computes, if it is one the wgmma kernel takes: one matmul of
+    ``in_dtype`` parameters summed in float32, rows contiguous, then elementwise blocks
+    (bias, activation, residual, casts) into the last parameter; None otherwise."""
+    from tvm import s_tir  # noqa: PLC0415
+
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
+    except Exception:  # noqa: BLE001 - a kernel written without blocks is not ours to take
+        return None
+    is_reduction = [any(iv.iter_type != tvm.tirx.IterVar.DataPar for iv in sch.get(b).iter_vars)
+                    for b in blocks]
+    if sum(is_reduction) != 1 or not func.params:
+        return None
+    out = func.params[-1]
+    matmul = blocks[is_reduction.index(True)]
+    for block in blocks:
+        stmt = sch.get(block)
+        if is_reduction[blocks.index(block)] or any(w.source.same_as(out) for w in stmt.writes):
+            continue
+        try:
+            sch.compute_inline(block)
+        except s_tir.ScheduleError:
+            return None
+    found = _matmul(sch.get(matmul), func.params, in_dtype)
+    if found is None:
+        return None
+    a, b, accumulator, spatial, b_kn = found
+    rest = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
+            if not sch.get(b).same_as(sch.get(matmul))]
+    m = math.prod(int(iv.dom.extent) for iv in spatial[:-1])
+    n, k = int(spatial[-1].dom.extent), int(a.shape[-1])
+    if accumulator.same_as(out):
+        if rest:
+            return None
+        iters = tuple(iv.var for iv in spatial)
+        value = T.Cast(str(out.dtype), tvm.tirx.BufferLoad(accumulator, list(iters)))
+    else:
+        if len(rest) != 1:
+            return None
+        stmt = sch.get(rest[0])
+        store = stmt.body
+        iters = tuple(iv.var for iv in stmt.iter_vars)
+        if (not isinstance(store, tvm.tirx.BufferStore) or not store.buffer.same_as(out)
+                or not _is_identity(store.indices, iters)
+                or [int(iv.dom.extent) for iv in stmt.iter_vars]
+                != [int(iv.dom.extent) for iv in spatial]):
+            return None
+        value = store.value
+        reads_ok = []
+        try:
+            _rebuild(value, lambda load: reads_ok.append(
+                _is_identity(load.indices, iters) if load.source.same_as(accumulator)
+                else any(load.source.same_as(p) for p in func.params)), {})
+        except ValueError:
+            return None
+        if not reads_ok or not all(reads_ok):
+            return None
+    if str(out.dtype) not in ("float16", "bfloat16", "float32") or k % 8:
+        return None
+    return GemmMatch(func, a, b, out, m, n, k, b_kn, iters, value, accumulator)
+
+
+def _matmul(block, params, in_dtype: str):
+    """``(A, B, C, spatial iterators, B is [K, N])`` of ``C[s..., j] += f32(A[s..., k]) *
+    f32(B[k, j] or B[j, k])`` with A and B parameters, else None."""
+    store = block.body
+    spatial = [iv for iv in block.iter_vars if iv.iter_type == tvm.tirx.IterVar.DataPar]
+    reduce = [iv for iv in block.iter_vars if iv.iter_type != tvm.tirx.IterVar.DataPar]
+    if not isinstance(store, tvm.tirx.BufferStore) or len(reduce) != 1 or len(spatial) < 2:
+        return None
+    acc, kvar = store.buffer, reduce[0].var
+    svars = [iv.var for iv in spatial]
+    value = store.value
+    if (str(acc.dtype) != "float32" or not _is_identity(store.indices, svars)
+            or not isinstance(value, tvm.ir.prim.expr.Add)
+            or not isinstance(value.b, tvm.ir.prim.expr.Mul)):
+        return None
+    loads = []
+    for operand in (value.b.a, value.b.b):
+        if not isinstance(operand, tvm.ir.prim.expr.Cast) or not isinstance(
+                operand.value, tvm.ir.TensorLoad):
+            return None
+        loads.append(operand.value)
+    a, b = (load.source for load in loads)
+    if (not all(any(x.same_as(p) for p in params) for x in (a, b))
+            or {str(a.dtype), str(b.dtype)} != {in_dtype} or len(b.shape) != 2
+            or [int(d) for d in a.shape[:-1]] != [int(iv.dom.extent) for iv in spatial[:-1]]):
+        return None
+    if not _is_identity(loads[0].indices, [*svars[:-1], kvar]):
+        return None
+    if _is_identity(loads[1].indices, [kvar, svars[-1]]):
+        return a, b, acc, spatial, True
+    if _is_identity(loads[1].indices, [svars[-1], kvar]):
+        return a, b, acc, spatial, False
+    return None
+
+
+def _is_identity(indices, variables) -> bool:
+    return len(indices) == len(variables) and all(
+        isinstance(i, tvm.tirx.Var) and i.same_as(v) for i, v in zip(indices, variables))
+
+
+_BINARY = tuple(getattr(tvm.ir.prim.expr, name) for name in (
+    "Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max",
+    "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or"))
+
+
+def _rebuild(expr, on_load, bound: dict):
+    """``expr`` with variables replaced by ``bound`` and each load by ``on_load(load)`` (None:
+    the load kept, its indices rebuilt). The epilogues of fused kernels are casts, arithmetic,
+    selects and math calls; anything else raises ``ValueError``."""
+    def visit(e):
+        if isinstance(e, tvm.ir.TensorLoad):
+            replaced = on_load(e)
+            if replaced is None or isinstance(replaced, bool):
+                return tvm.tirx.BufferLoad(e.source, [visit(i) for i in e.indices])
+            return replaced
+        if isinstance(e, tvm.tirx.Var):
+            return next((v for var, v in bound.items() if var.same_as(e)), e)
+        if isinstance(e, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+            return e
+        if isinstance(e, tvm.ir.prim.expr.Cast):
+            return T.Cast(e.ty, visit(e.value))
+        if isinstance(e, _BINARY):
+            return type(e)(visit(e.a), visit(e.b))
+        if isinstance(e, tvm.ir.prim.expr.Not):
+            return type(e)(visit(e.a))
+        if isinstance(e, tvm.ir.prim.expr.Select):
+            return type(e)(visit(e.condition), visit(e.true_value), visit(e.false_value))
+        if isinstance(e, tvm.ir.Call):
+            return tvm.ir.Call(e.op, [visit(arg) for arg in e.args], ret_ty=e.ty)
+        raise ValueError(f"an epilogue with {type(e).__name__} is not taken")
+    return visit(expr)

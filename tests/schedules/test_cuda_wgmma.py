@@ -1,0 +1,142 @@
+"""The Hopper wgmma GEMM (``schedules/cuda/wgmma.py``) and the pass that uses it
+(``UseWgmmaGemms``): which fused kernels it takes, its CUDA source (wgmma, TMA, mbarriers,
+compiled with nvcc for sm_90a here), the weights it transposes, and on a machine with an
+NVIDIA GPU its numbers against NumPy in float32, at sizes no tile divides."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import tvm
+from tvm import relax, te
+from tvm.script import tirx as T
+
+from tvmfuse.passes import UseWgmmaGemms
+from tvmfuse.schedules.cuda.wgmma import WgmmaTile, choose_wgmma_tile, gemm_kernel, match_gemm
+from conftest import relax_main
+
+SM90A = tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": "llvm"})
+GPU = tvm.cuda(0).exist
+
+
+def _fused(m, n, k, *, lead=(), act=True, weight_nk=False, accumulate="float32"):
+    """A legalized linear layer: fp16 A [*lead, m, k] @ W ([K, N] as LegalizeOps writes it),
+    float32 sums, + bias, GELU, cast: the fused kernel tvmfuse's fp16 builds make."""
+    a = te.placeholder((*lead, m, k), "float16", name="A")
+    w = te.placeholder((n, k) if weight_nk else (k, n), "float16", name="W")
+    bias = te.placeholder((n,), "float16", name="bias")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((*lead, m, n), lambda *i: te.sum(
+        a[(*i[:-1], r)].astype(accumulate) * (w[i[-1], r] if weight_nk else w[r, i[-1]]).astype(
+            accumulate), axis=r), name="matmul")
+    added = te.compute(c.shape, lambda *i: c[i] + bias[i[-1]].astype(accumulate), name="add")
+    out = te.compute(c.shape, lambda *i: (
+        added[i] * 0.5 * (1 + te.erf(added[i] * 0.7071067811865476)) if act else added[i]
+    ).astype("float16"), name="out")
+    return te.create_prim_func([a, w, bias, out])
+
+
+def _source(func) -> str:
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=SM90A, tir_pipeline="tirx")
+    return lib.mod.imports[0].inspect_source()
+
+
+def _nvcc_sm90a(source: str, folder) -> None:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed: CUDA source generated but not compiled")
+    (folder / "k.cu").write_text(source)
+    done = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-w", str(folder / "k.cu"), "-o",
+                           str(folder / "k.cubin")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("lead,weight_nk", [((4,), False), ((), True)])
+def test_match_reads_operands_layout_and_epilogue(lead, weight_nk):
+    found = match_gemm(_fused(96, 200, 72, lead=lead, weight_nk=weight_nk))
+    assert found is not None
+    assert (found.m, found.n, found.k, found.b_kn) == (96 * (lead[0] if lead else 1), 200, 72,
+                                                       not weight_nk)
+    assert found.b_index == 1
+    kernel = found.kernel()
+    # the fused kernel's parameters, in its order; B now [N, K], A and C keep their batch axes
+    assert [tuple(int(d) for d in p.shape) for p in kernel.params] == [
+        (*lead, 96, 72), (200, 72), (200,), (*lead, 96, 200)]
+
+
+def test_match_declines_what_it_cannot_compute():
+    assert match_gemm(_fused(64, 64, 68)) is None  # K not a multiple of 8: no TMA rows
+    assert match_gemm(_fused(64, 64, 64, accumulate="float16")) is None  # summed in fp16
+    a = te.placeholder((64, 64), "float16", name="A")
+    out = te.compute((64, 64), lambda i, j: a[i, j] * 2, name="double")
+    assert match_gemm(te.create_prim_func([a, out])) is None  # no matmul
+
+
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (197, 1000, 72)])
+def test_source_has_wgmma_tma_and_nvcc_compiles_it(tmp_path, m, n, k):
+    bias = tvm.tirx.decl_buffer((n,), "float16", name="bias")
+    source = _source(gemm_kernel(m, n, k, epilogue=lambda acc, row, col: T.Cast(
+        "float16", acc + T.Cast("float32", bias[col])), extra=(bias,)))
+    tile = choose_wgmma_tile(m, n)
+    assert f"wgmma.mma_async.sync.aligned.m64n{tile.block_n}k16.f32.f16.f16" in source
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in source
+    assert "mbarrier.try_wait.parity" in source and "setmaxnreg.inc.sync.aligned.u32" in source
+    assert "__launch_bounds__(384, 1)" in source
+    _nvcc_sm90a(source, tmp_path)
+
+
+def test_tile_choice_fills_the_sms():
+    # BERT-base b32's out projection: 32 x 3 blocks of 256 columns leave 36 of 132 SMs idle
+    assert choose_wgmma_tile(4096, 768).block_n == 192
+    assert choose_wgmma_tile(4096, 4096).block_n == 256
+    with pytest.raises(ValueError, match="multiple of 16"):
+        WgmmaTile(block_n=200).validate()
+    with pytest.raises(ValueError, match="shared memory"):
+        WgmmaTile(block_n=256, stages=6).validate()
+
+
+def test_pass_replaces_kernel_and_transposes_constant_weight():
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((64, 200)).astype("float16")  # [K, N]
+    bias = rng.standard_normal(200).astype("float16")
+    def body(bb, x):
+        gvar = bb.add_func(_fused(2048, 200, 64), "fused_gemm")
+        return relax.call_tir(gvar, [x, relax.const(weight), relax.const(bias)],
+                              relax.TensorType((2048, 200), "float16"))
+
+    before = relax_main({"x": (2048, 64)}, body, "float16")
+    mod = UseWgmmaGemms(SM90A)(before)
+    kernel = mod["fused_gemm"]
+    assert kernel.attrs["tvmfuse.schedule"] == "cuda.wgmma_gemm"
+    assert [int(d) for d in kernel.params[1].shape] == [200, 64]
+    calls = []
+    relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(
+        e, relax.Call) and isinstance(e.args[0], tvm.ir.GlobalVar) else None)
+    np.testing.assert_array_equal(calls[0].args[1].fields[1].value.numpy(), weight.T)
+    # too few rows for the wgmma kernel's 128-row blocks: left to the schedule rules
+    assert UseWgmmaGemms(SM90A, min_rows=4096)(before)["fused_gemm"].attrs.get(
+        "tvmfuse.schedule") is None
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
+@pytest.mark.parametrize("m,n,k,lead", [(4096, 768, 3072, ()), (1000, 1000, 1000, ()),
+                                        (77, 100, 40, ()), (197, 2304, 768, (3,))])
+def test_numbers_against_numpy(m, n, k, lead):
+    found = match_gemm(_fused(m, n, k, lead=lead))
+    lib = tvm.compile(tvm.IRModule({"main": found.kernel()}), target=SM90A, tir_pipeline="tirx")
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((*lead, m, k)).astype("float16")
+    w = rng.standard_normal((k, n)).astype("float16")
+    bias = rng.standard_normal(n).astype("float16")
+    dev = tvm.cuda(0)
+    out = tvm.runtime.tensor(np.full((*lead, m, n), np.nan, "float16"), dev)
+    lib["main"](*(tvm.runtime.tensor(x, dev) for x in (a, np.ascontiguousarray(w.T), bias)),
+                out)
+    pre = a.astype("float32") @ w.astype("float32") + bias.astype("float32")
+    want = pre * 0.5 * (1 + np.vectorize(math.erf)(pre / np.sqrt(2)))
+    got = out.numpy().astype("float32")
+    assert np.isfinite(got).all(), "outputs left unwritten"
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3

@@ -1,0 +1,101 @@
+"""UseWgmmaGemms: fused fp16 GEMMs over constant weights become Hopper wgmma kernels
+(``schedules/cuda/wgmma.py``), their weights transposed to [N, K] at build time.
+
+A kernel is taken when :func:`schedules.cuda.wgmma.match_gemm` reads it as ``epilogue(A @ B)``
+with at least ``min_rows`` rows (below that mma.sync's smaller tiles fill the GPU better: the
+wgmma kernel's blocks are 128 rows) and every call passes B as a Relax constant (wgmma reads
+both operands K-major; a legalized linear layer's weight is [K, N], so each call's constant is
+transposed here once). The kernel replaces the PrimFunc under the same name, marked scheduled,
+written in TIRx (lowered by TIRx's pipeline, see :func:`tvmfuse.pipeline.lower`) and bound to
+``sm_90a``, the architecture wgmma needs.
+
+Preconditions: after FuseTIR, before the schedule rules (which skip what it marked scheduled).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..names import IS_SCHEDULED, SCHEDULE, TIRX_KERNEL
+from ..schedules.cuda import wgmma
+
+log = logging.getLogger(__name__)
+
+
+@tvm.transform.module_pass(opt_level=0, name="UseWgmmaGemms")
+class UseWgmmaGemms:
+    """Replace each fused GEMM the wgmma kernel takes; see the module docstring."""
+
+    def __init__(self, target: tvm.target.Target, min_rows: int = 1024):
+        self.target = target
+        self.min_rows = min_rows
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        matches = {}
+        for gvar, func in mod.functions.items():
+            if isinstance(func, tvm.tirx.PrimFunc) and not func.attrs.get(IS_SCHEDULED, False):
+                found = wgmma.match_gemm(func)
+                if found is not None and found.m >= self.min_rows:
+                    matches[gvar] = found
+        calls = _calls(mod)
+        matches = {gvar: found for gvar, found in matches.items() if calls.get(gvar) and all(
+            isinstance(call.args[1][found.b_index], tvm.ir.expr.Constant) for call in calls[gvar])}
+        if not matches:
+            return mod
+        # a PrimFunc's new signature (B is [N, K]) needs a new GlobalVar: the old one keeps the
+        # type it was made with, which Relax checks the calls against
+        updated = mod.clone()
+        for gvar in matches:
+            del updated[gvar]
+        builder = relax.BlockBuilder(updated)
+        renamed = {}
+        for gvar, found in matches.items():
+            kernel = found.kernel().with_attrs({
+                IS_SCHEDULED: True, SCHEDULE: wgmma.NAME, TIRX_KERNEL: True,
+                "target": self.target, "global_symbol": gvar.name_hint})
+            renamed[gvar] = (builder.add_func(kernel, gvar.name_hint),
+                             found.b_index if found.b_kn else None)
+            log.debug("%s: wgmma GEMM %dx%dx%d", gvar.name_hint, found.m, found.n, found.k)
+        return _redirect_calls(builder.get(), renamed)
+
+
+def _calls(mod: tvm.IRModule) -> dict:
+    """PrimFunc -> the ``call_tir``s of it in the module's Relax functions."""
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    calls = {}
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, lambda e: calls.setdefault(
+                e.args[0], []).append(e) if isinstance(e, relax.Call) and e.op.same_as(
+                    call_tir) else None)
+    return calls
+
+
+def _redirect_calls(mod: tvm.IRModule, renamed: dict) -> tvm.IRModule:
+    """Calls of each kernel in ``renamed`` (old GlobalVar -> new one and the index of a B to
+    transpose, or None) call the new one, with their constant B ([K, N]) transposed."""
+
+    @relax.expr_functor.mutator
+    class Redirect(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            callee = call.args[0] if call.args else None
+            if not isinstance(callee, tvm.ir.GlobalVar) or callee not in renamed:
+                return call
+            gvar, index = renamed[callee]
+            args = list(call.args[1].fields)
+            if index is not None:
+                weight = args[index].value.numpy()
+                args[index] = relax.const(np.ascontiguousarray(weight.T), str(weight.dtype))
+            fields = self.builder_.normalize(relax.Tuple(args))
+            return relax.Call(call.op, [gvar, fields, *call.args[2:]], call.attrs,
+                              call.ty_args)
+
+    for gvar, func in list(mod.functions.items()):
+        if isinstance(func, relax.Function):
+            mod[gvar] = Redirect(mod).visit_expr(func)
+    return mod
