@@ -84,15 +84,17 @@ Epilogue = Callable[["tvm.ir.PrimExpr", "tvm.ir.PrimExpr", "tvm.ir.PrimExpr"], "
 
 
 def choose_wgmma_tile(m: int, n: int, sms: int = 132) -> WgmmaTile:
-    """The tile whose blocks fill the GPU's SMs best (fewest partial waves), wider N first."""
+    """The tile with the most useful work per SM-wave: blocks that fill the last wave, columns
+    that are not past N (a 1x1 conv to 64 channels on 256-column tiles would waste 3/4);
+    wider N first where two are within 5%."""
     best = None
-    for block_n in (256, 192, 128):
+    for block_n in (256, 192, 128, 64):
         tile = WgmmaTile(block_n=block_n)
-        blocks = math.ceil(m / tile.block_m) * math.ceil(n / block_n)
-        waves = math.ceil(blocks / sms)
-        efficiency = blocks / (waves * sms)
-        if best is None or efficiency > best[0] + 0.05:
-            best = (efficiency, tile)
+        tiles_n = math.ceil(n / block_n)
+        blocks = math.ceil(m / tile.block_m) * tiles_n
+        score = blocks / (math.ceil(blocks / sms) * sms) * n / (tiles_n * block_n)
+        if best is None or score > best[0] * 1.05:
+            best = (score, tile)
     return best[1]
 
 
@@ -100,12 +102,14 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 out_dtype: str = "float16", in_dtype: str = "float16",
                 epilogue: Epilogue | None = None,
                 extra: tuple[tvm.tirx.Buffer, ...] = (),
-                a_shape: tuple | None = None, c_shape: tuple | None = None) -> tvm.tirx.PrimFunc:
+                a_shape: tuple | None = None, b_shape: tuple | None = None,
+                c_shape: tuple | None = None) -> tvm.tirx.PrimFunc:
     """The TIRx PrimFunc ``(A [m, k], B [n, k], *extra, C [m, n])``: ``epilogue(acc, row, col)``
     gives the value stored at C[row, col] (by default the accumulator cast to ``out_dtype``),
     reading the buffers ``extra`` (``tvm.tirx.decl_buffer``s), which become parameters.
     ``a_shape`` and ``c_shape`` declare A and C with leading batch axes (rows are their
-    product: a linear layer's [batch, seq, features])."""
+    product: a linear layer's [batch, seq, features], an NHWC conv's [N, H, W, C]), ``b_shape``
+    B with unit axes (a 1x1 conv's OHWI weight, [N, 1, 1, K])."""
     tile = tile or choose_wgmma_tile(m, n)
     tile.validate()
     if k % 8:
@@ -129,7 +133,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     @T.prim_func(check_well_formed=False)  # the epilogue's buffers are added as parameters below
     def kernel(a_handle: T.handle, b_handle: T.handle, c_handle: T.handle):
         A = T.match_buffer(a_handle, a_shape or (m, k), in_dtype, align=16)
-        B = T.match_buffer(b_handle, (n, k), in_dtype, align=16)
+        B = T.match_buffer(b_handle, b_shape or (n, k), in_dtype, align=16)
         C_param = T.match_buffer(c_handle, c_shape or (m, n), out_dtype, align=16)
         a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
         T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, in_dtype, 2, A.data,
@@ -286,6 +290,12 @@ class GemmMatch:
     def kernel(self, tile: WgmmaTile | None = None) -> tvm.tirx.PrimFunc:
         """The TIRx kernel, its parameters in the fused kernel's order (B now [N, K])."""
         extents = [int(d) for d in self.out.shape[:-1]]
+        # the epilogue's other buffers declared anew, as TIRx declares buffers (those of the
+        # s_tir kernel have no layout, which TIRx's FlattenBuffer cannot place)
+        extra = tuple(p for p in self.func.params
+                      if not any(p.same_as(x) for x in (self.a, self.b, self.out)))
+        fresh = [(old, tvm.tirx.decl_buffer([int(d) for d in old.shape], old.dtype, old.name))
+                 for old in extra]
 
         def epilogue(acc, row, col):
             index = []
@@ -295,17 +305,18 @@ class GemmMatch:
             values = [*reversed(index), col]
             bound = {var: T.Cast(var.ty, value) for var, value in zip(self.iters, values)}
             return _rebuild(self.value, lambda load: acc if load.source.same_as(
-                self.accumulator) else None, bound)
+                self.accumulator) else None, bound, fresh)
 
-        extra = tuple(p for p in self.func.params
-                      if not any(p.same_as(x) for x in (self.a, self.b, self.out)))
         func = gemm_kernel(self.m, self.n, self.k, tile, out_dtype=str(self.out.dtype),
-                           in_dtype=str(self.a.dtype), epilogue=epilogue, extra=extra,
+                           in_dtype=str(self.a.dtype), epilogue=epilogue,
+                           extra=tuple(new for _, new in fresh),
                            a_shape=tuple(int(d) for d in self.a.shape),
+                           b_shape=None if self.b_kn else tuple(int(d) for d in self.b.shape),
                            c_shape=tuple(int(d) for d in self.out.shape))
         a, b, *_, c = func.params
         params = [a if p.same_as(self.a) else b if p.same_as(self.b) else c
-                  if p.same_as(self.out) else p for p in self.func.params]
+                  if p.same_as(self.out) else next(new for old, new in fresh if old.same_as(p))
+                  for p in self.func.params]
         return tvm.tirx.PrimFunc(params, func.body, func.ret_type, func.attrs)
 
 
@@ -375,13 +386,17 @@ def match_gemm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch 
 
 def _matmul(block, params, in_dtype: str):
     """``(A, B, C, spatial iterators, B is [K, N])`` of ``C[s..., j] += f32(A[s..., k]) *
-    f32(B[k, j] or B[j, k])`` with A and B parameters, else None."""
+    f32(B[k, j] or B[j, k])`` with A and B parameters, else None. Reductions of extent 1 beside
+    k are read as 0: a 1x1 stride-1 NHWC conv, ``C[n, h, w, o] += X[n, h + ry, w + rx, c] *
+    W[o, ry, rx, c]``, is such a GEMM (W [N, 1, 1, K])."""
     store = block.body
     spatial = [iv for iv in block.iter_vars if iv.iter_type == tvm.tirx.IterVar.DataPar]
     reduce = [iv for iv in block.iter_vars if iv.iter_type != tvm.tirx.IterVar.DataPar]
-    if not isinstance(store, tvm.tirx.BufferStore) or len(reduce) != 1 or len(spatial) < 2:
+    summed = [iv for iv in reduce if int(iv.dom.extent) != 1]
+    if not isinstance(store, tvm.tirx.BufferStore) or len(summed) != 1 or len(spatial) < 2:
         return None
-    acc, kvar = store.buffer, reduce[0].var
+    acc, kvar = store.buffer, summed[0].var
+    unit = {iv.var: tvm.tirx.const(0, iv.var.ty) for iv in reduce if int(iv.dom.extent) == 1}
     svars = [iv.var for iv in spatial]
     value = store.value
     if (str(acc.dtype) != "float32" or not _is_identity(store.indices, svars)
@@ -396,16 +411,25 @@ def _matmul(block, params, in_dtype: str):
         loads.append(operand.value)
     a, b = (load.source for load in loads)
     if (not all(any(x.same_as(p) for p in params) for x in (a, b))
-            or {str(a.dtype), str(b.dtype)} != {in_dtype} or len(b.shape) != 2
+            or {str(a.dtype), str(b.dtype)} != {in_dtype}
             or [int(d) for d in a.shape[:-1]] != [int(iv.dom.extent) for iv in spatial[:-1]]):
         return None
-    if not _is_identity(loads[0].indices, [*svars[:-1], kvar]):
+    a_index, b_index = (_without_units(load.indices, unit) for load in loads)
+    if not _is_identity(a_index, [*svars[:-1], kvar]):
         return None
-    if _is_identity(loads[1].indices, [kvar, svars[-1]]):
+    if len(b.shape) == 2 and _is_identity(b_index, [kvar, svars[-1]]):
         return a, b, acc, spatial, True
-    if _is_identity(loads[1].indices, [svars[-1], kvar]):
+    if (_is_identity([b_index[0], b_index[-1]], [svars[-1], kvar])
+            and all(int(d) == 1 for d in b.shape[1:-1])
+            and all(isinstance(i, tvm.tirx.IntImm) and int(i) == 0 for i in b_index[1:-1])):
         return a, b, acc, spatial, False
     return None
+
+
+def _without_units(indices, unit: dict) -> list:
+    """``indices`` with the unit reductions set to 0, simplified (``h + ry`` -> ``h``)."""
+    analyzer = tvm.sym.Analyzer()
+    return [analyzer.simplify(_rebuild(i, lambda load: None, unit)) for i in indices]
 
 
 def _is_identity(indices, variables) -> bool:
@@ -418,15 +442,17 @@ _BINARY = tuple(getattr(tvm.ir.prim.expr, name) for name in (
     "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or"))
 
 
-def _rebuild(expr, on_load, bound: dict):
+def _rebuild(expr, on_load, bound: dict, buffers=()):
     """``expr`` with variables replaced by ``bound`` and each load by ``on_load(load)`` (None:
-    the load kept, its indices rebuilt). The epilogues of fused kernels are casts, arithmetic,
+    the load kept, its indices rebuilt, its buffer replaced where ``buffers`` pairs it (old,
+    new)). The epilogues of fused kernels are casts, arithmetic,
     selects and math calls; anything else raises ``ValueError``."""
     def visit(e):
         if isinstance(e, tvm.ir.TensorLoad):
             replaced = on_load(e)
             if replaced is None or isinstance(replaced, bool):
-                return tvm.tirx.BufferLoad(e.source, [visit(i) for i in e.indices])
+                source = next((new for old, new in buffers if old.same_as(e.source)), e.source)
+                return tvm.tirx.BufferLoad(source, [visit(i) for i in e.indices])
             return replaced
         if isinstance(e, tvm.tirx.Var):
             return next((v for var, v in bound.items() if var.same_as(e)), e)

@@ -40,6 +40,22 @@ def _fused(m, n, k, *, lead=(), act=True, weight_nk=False, accumulate="float32")
     return te.create_prim_func([a, w, bias, out])
 
 
+def _conv(n, hw, cin, cout, *, window=1, stride=1):
+    """A legalized NHWC conv with an OHWI weight, float32 sums, + bias, ReLU, cast."""
+    x = te.placeholder((n, hw, hw, cin), "float16", name="X")
+    w = te.placeholder((cout, window, window, cin), "float16", name="W")
+    bias = te.placeholder((1, 1, 1, cout), "float16", name="bias")
+    ry, rx, rc = (te.reduce_axis((0, e), name) for e, name in ((window, "ry"), (window, "rx"),
+                                                                (cin, "rc")))
+    out_hw = (hw - window) // stride + 1
+    conv = te.compute((n, out_hw, out_hw, cout), lambda b, h, v, o: te.sum(
+        x[b, h * stride + ry, v * stride + rx, rc].astype("float32")
+        * w[o, ry, rx, rc].astype("float32"), axis=[ry, rx, rc]), name="conv2d_nhwc")
+    out = te.compute(conv.shape, lambda *i: te.max(
+        conv[i].astype("float16") + bias[0, 0, 0, i[-1]], te.const(0, "float16")), name="out")
+    return te.create_prim_func([x, w, bias, out])
+
+
 def _source(func) -> str:
     lib = tvm.compile(tvm.IRModule({"main": func}), target=SM90A, tir_pipeline="tirx")
     return lib.mod.imports[0].inspect_source()
@@ -67,6 +83,17 @@ def test_match_reads_operands_layout_and_epilogue(lead, weight_nk):
         (*lead, 96, 72), (200, 72), (200,), (*lead, 96, 200)]
 
 
+def test_match_reads_a_1x1_conv_as_a_gemm():
+    found = match_gemm(_conv(2, 14, 64, 96))
+    assert found is not None
+    assert (found.m, found.n, found.k, found.b_kn) == (2 * 14 * 14, 96, 64, False)
+    # the OHWI weight is already K-major: read as it is, [N, 1, 1, K]
+    assert [tuple(int(d) for d in p.shape) for p in found.kernel().params] == [
+        (2, 14, 14, 64), (96, 1, 1, 64), (1, 1, 1, 96), (2, 14, 14, 96)]
+    assert match_gemm(_conv(2, 14, 64, 96, stride=2)) is None  # rows not contiguous
+    assert match_gemm(_conv(2, 14, 64, 96, window=3)) is None  # an implicit GEMM, not a GEMM
+
+
 def test_match_declines_what_it_cannot_compute():
     assert match_gemm(_fused(64, 64, 68)) is None  # K not a multiple of 8: no TMA rows
     assert match_gemm(_fused(64, 64, 64, accumulate="float16")) is None  # summed in fp16
@@ -92,6 +119,8 @@ def test_tile_choice_fills_the_sms():
     # BERT-base b32's out projection: 32 x 3 blocks of 256 columns leave 36 of 132 SMs idle
     assert choose_wgmma_tile(4096, 768).block_n == 192
     assert choose_wgmma_tile(4096, 4096).block_n == 256
+    # a 1x1 conv to 64 channels: 64-column tiles, not 256 of which 192 would be past N
+    assert choose_wgmma_tile(32 * 56 * 56, 64).block_n == 64
     with pytest.raises(ValueError, match="multiple of 16"):
         WgmmaTile(block_n=200).validate()
     with pytest.raises(ValueError, match="shared memory"):
@@ -119,6 +148,24 @@ def test_pass_replaces_kernel_and_transposes_constant_weight():
     # too few rows for the wgmma kernel's 128-row blocks: left to the schedule rules
     assert UseWgmmaGemms(SM90A, min_rows=4096)(before)["fused_gemm"].attrs.get(
         "tvmfuse.schedule") is None
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
+def test_conv_numbers_against_numpy():
+    found = match_gemm(_conv(4, 28, 128, 64))
+    lib = tvm.compile(tvm.IRModule({"main": found.kernel()}), target=SM90A, tir_pipeline="tirx")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 28, 28, 128)).astype("float16")
+    w = rng.standard_normal((64, 1, 1, 128)).astype("float16")
+    bias = rng.standard_normal((1, 1, 1, 64)).astype("float16")
+    dev = tvm.cuda(0)
+    out = tvm.runtime.tensor(np.full((4, 28, 28, 64), np.nan, "float16"), dev)
+    lib["main"](*(tvm.runtime.tensor(v, dev) for v in (x, w, bias)), out)
+    want = np.maximum(x.astype("float32") @ w[:, 0, 0, :].T.astype("float32")
+                      + bias.astype("float32"), 0)
+    got = out.numpy().astype("float32")
+    assert np.isfinite(got).all(), "outputs left unwritten"
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
