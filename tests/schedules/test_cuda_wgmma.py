@@ -137,7 +137,7 @@ def test_pass_replaces_kernel_and_transposes_constant_weight():
                               relax.TensorType((2048, 200), "float16"))
 
     before = relax_main({"x": (2048, 64)}, body, "float16")
-    mod = UseWgmmaGemms(SM90A)(before)
+    mod = UseWgmmaGemms(SM90A, min_k=64)(before)
     kernel = mod["fused_gemm"]
     assert kernel.attrs["tvmfuse.schedule"] == "cuda.wgmma_gemm"
     assert [int(d) for d in kernel.params[1].shape] == [200, 64]
@@ -145,9 +145,10 @@ def test_pass_replaces_kernel_and_transposes_constant_weight():
     relax.analysis.post_order_visit(mod["main"], lambda e: calls.append(e) if isinstance(
         e, relax.Call) and isinstance(e.args[0], tvm.ir.GlobalVar) else None)
     np.testing.assert_array_equal(calls[0].args[1].fields[1].value.numpy(), weight.T)
-    # too few rows for the wgmma kernel's 128-row blocks: left to the schedule rules
-    assert UseWgmmaGemms(SM90A, min_rows=4096)(before)["fused_gemm"].attrs.get(
-        "tvmfuse.schedule") is None
+    # too few rows for the wgmma kernel's 128-row blocks, or too short a K for its pipeline
+    # (the default: K >= 512): left to the schedule rules
+    for declining in (UseWgmmaGemms(SM90A, min_rows=4096, min_k=64), UseWgmmaGemms(SM90A)):
+        assert declining(before)["fused_gemm"].attrs.get("tvmfuse.schedule") is None
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
