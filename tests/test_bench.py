@@ -143,12 +143,13 @@ def test_every_engine_computes_in_the_bench_precision():
     # float16 against the float32 reference: visibly less exact than float32, within fp16's reach
     for r in half.results:
         assert 1e-6 < r.rel_err < 1e-2, r
-    bf16 = api.bench(model, target, ["tvmfuse", "torch-eager", "onnxruntime"],
+    bf16 = api.bench(model, target, ["tvmfuse", "stock-tvm", "torch-eager", "onnxruntime"],
                      options=api.BuildOptions(), threads=1, repeat=3, max_seconds=5, peak=False,
                      dtype="bfloat16")
-    assert "float16 only" in bf16.skipped["tvmfuse"] and "bfloat16" in bf16.skipped["onnxruntime"]
-    (eager,) = bf16.results
-    assert 1e-4 < eager.rel_err < 5e-2
+    # tvmfuse narrows to bfloat16 itself; stock TVM's ToMixedPrecision cannot, nor ORT's CPU
+    assert "float16 only" in bf16.skipped["stock-tvm"] and "bfloat16" in bf16.skipped["onnxruntime"]
+    for r in bf16.results:  # tvmfuse and PyTorch: bfloat16's 8 bits, less exact than float16's 11
+        assert 1e-4 < r.rel_err < 5e-2, r
 
 
 def test_float16_builds_fold_batch_norm_before_the_precision_casts():
@@ -159,8 +160,8 @@ def test_float16_builds_fold_batch_norm_before_the_precision_casts():
     dtypes = {str(p.ty.dtype) for f in mod.functions.values() if hasattr(f, "params")
               for p in f.params if hasattr(p.ty, "dtype")}
     assert "float16" in dtypes
-    with pytest.raises(TvmfuseError, match="not bfloat16"):
-        api.analyze(model, api.get_target(HOST), api.BuildOptions(dtype="bfloat16"))
+    with pytest.raises(TvmfuseError, match="not float64"):
+        api.analyze(model, api.get_target(HOST), api.BuildOptions(dtype="float64"))
 
 
 def test_float16_builds_take_relu6():

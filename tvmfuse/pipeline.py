@@ -19,7 +19,7 @@ from .passes import (
     Conv1DAsConv2D, DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldGeluTanh,
     FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention, GlobalPoolToReduce,
     MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul, MergeSummedConv,
-    PrepackWeights, StoreNarrowed, VerifyFusion,
+    NarrowToBFloat16, PrepackWeights, StoreNarrowed, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -46,13 +46,13 @@ class PipelineOptions:
 
     def __post_init__(self):
         if self.dtype not in PRECISIONS:
-            raise TvmfuseError(f"tvmfuse computes in {' or '.join(PRECISIONS)}, not {self.dtype} "
-                               f"(TVM's ToMixedPrecision converts to float16 only)")
+            raise TvmfuseError(f"tvmfuse computes in {', '.join(PRECISIONS)}, not {self.dtype}")
 
 
 #: What a build can compute in: float16 is TVM's ToMixedPrecision (convs, matmuls and what
-#: follows them in float16, inputs and outputs float32).
-PRECISIONS = ("float32", "float16")
+#: follows them in float16, inputs and outputs float32); bfloat16 the same decisions with the
+#: narrow type renamed (NarrowToBFloat16).
+PRECISIONS = ("float32", "float16", "bfloat16")
 
 
 #: The phases in the order they run, each with its number: IR dumps are ``NN_<phase>.py``
@@ -121,8 +121,9 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             # FuseAttention: it has no policy for call_tir and asked the dtype of the kernel
             # itself ("Expected TensorType, but got R.Callable"), so fp16 transformers did not
             # build.
-            _if(options.dtype == "float16", tvm.transform.Sequential([
+            _if(options.dtype in ("float16", "bfloat16"), tvm.transform.Sequential([
                 DecomposeClip(), relax.transform.ToMixedPrecision(out_dtype="float16"),
+                _if(options.dtype == "bfloat16", NarrowToBFloat16()),
                 FoldConstantCasts(),
                 _if(rules["store_narrowed"].enabled, StoreNarrowed()),
             ])),

@@ -13,6 +13,7 @@ from .fuse_attention import FuseAttention
 from .global_pool_to_reduce import GlobalPoolToReduce
 from .mark_gathers_injective import MarkGathersInjective
 from .mark_weights_layout_free import MarkWeightsLayoutFree
+from .narrow_to_bfloat16 import NarrowToBFloat16
 from .merge_parallel_matmul import MergeParallelMatmul
 from .merge_summed_conv import MergeSummedConv
 from .normalize_squeeze_axes import NormalizeSqueezeAxes
@@ -27,7 +28,7 @@ from .winograd_conv2d import WinogradConv2D
 __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNorm",
            "FoldConstantCasts", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
-           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv",
+           "MarkWeightsLayoutFree", "MergeParallelMatmul", "NarrowToBFloat16", "MergeSummedConv",
            "NormalizeSqueezeAxes", "PrepackWeights", "SimplifyBoundedShapes", "StoreNarrowed",
            "UseWgmmaGemms", "VerifyFusion",
            "WidenIntegerCumsum", "WinogradConv2D"]

@@ -42,11 +42,15 @@ def _tvmfuse(ctx: BenchContext, name: str = "tvmfuse", fusion: bool = True) -> E
     return _tvm_engine(name, compiled.executable, ctx, len(compiled.analysis.kernels))
 
 
-def _check_tvm_precision(ctx: BenchContext) -> None:
+def _check_tvm_precision(ctx: BenchContext, stock: bool = False) -> None:
+    """tvmfuse builds compute in every one of ``PRECISIONS``; stock TVM in float32 and float16
+    (its ToMixedPrecision converts to float16 only: bfloat16 is tvmfuse's NarrowToBFloat16)."""
     from ...pipeline import PRECISIONS  # noqa: PLC0415
 
-    if ctx.dtype not in PRECISIONS:
-        raise Unavailable(f"TVM's ToMixedPrecision converts to float16 only, not {ctx.dtype}")
+    if ctx.dtype not in (("float32", "float16") if stock else PRECISIONS):
+        raise Unavailable(f"TVM's ToMixedPrecision converts to float16 only, not {ctx.dtype}"
+                          if stock else f"tvmfuse builds compute in {', '.join(PRECISIONS)}, "
+                          f"not {ctx.dtype}")
 
 
 @register("stock-tvm")
@@ -62,7 +66,7 @@ def _stock_tvm(ctx: BenchContext) -> Engine:
     from ...tuning import database as tuning_db  # noqa: PLC0415
     from ...tuning import lookup  # noqa: PLC0415
 
-    _check_tvm_precision(ctx)
+    _check_tvm_precision(ctx, stock=True)
     mod = ctx.model.mod
     if ctx.dtype != "float32":
         try:
