@@ -9,6 +9,7 @@ import math
 import shutil
 import subprocess
 
+import ml_dtypes
 import numpy as np
 import pytest
 import tvm
@@ -23,12 +24,13 @@ SM90A = tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": "llvm"})
 GPU = tvm.cuda(0).exist
 
 
-def _fused(m, n, k, *, lead=(), act=True, weight_nk=False, accumulate="float32"):
-    """A legalized linear layer: fp16 A [*lead, m, k] @ W ([K, N] as LegalizeOps writes it),
-    float32 sums, + bias, GELU, cast: the fused kernel tvmfuse's fp16 builds make."""
-    a = te.placeholder((*lead, m, k), "float16", name="A")
-    w = te.placeholder((n, k) if weight_nk else (k, n), "float16", name="W")
-    bias = te.placeholder((n,), "float16", name="bias")
+def _fused(m, n, k, *, lead=(), act=True, weight_nk=False, accumulate="float32",
+           dtype="float16"):
+    """A legalized linear layer: ``dtype`` A [*lead, m, k] @ W ([K, N] as LegalizeOps writes
+    it), float32 sums, + bias, GELU, cast: the fused kernel tvmfuse's fp16 builds make."""
+    a = te.placeholder((*lead, m, k), dtype, name="A")
+    w = te.placeholder((n, k) if weight_nk else (k, n), dtype, name="W")
+    bias = te.placeholder((n,), dtype, name="bias")
     r = te.reduce_axis((0, k), "k")
     c = te.compute((*lead, m, n), lambda *i: te.sum(
         a[(*i[:-1], r)].astype(accumulate) * (w[i[-1], r] if weight_nk else w[r, i[-1]]).astype(
@@ -36,7 +38,7 @@ def _fused(m, n, k, *, lead=(), act=True, weight_nk=False, accumulate="float32")
     added = te.compute(c.shape, lambda *i: c[i] + bias[i[-1]].astype(accumulate), name="add")
     out = te.compute(c.shape, lambda *i: (
         added[i] * 0.5 * (1 + te.erf(added[i] * 0.7071067811865476)) if act else added[i]
-    ).astype("float16"), name="out")
+    ).astype(dtype), name="out")
     return te.create_prim_func([a, w, bias, out])
 
 
@@ -92,6 +94,14 @@ def test_match_reads_a_1x1_conv_as_a_gemm():
         (2, 14, 14, 64), (96, 1, 1, 64), (1, 1, 1, 96), (2, 14, 14, 96)]
     assert match_gemm(_conv(2, 14, 64, 96, stride=2)) is None  # rows not contiguous
     assert match_gemm(_conv(2, 14, 64, 96, window=3)) is None  # an implicit GEMM, not a GEMM
+
+
+def test_bf16_gemm_is_a_bf16_wgmma():
+    found = match_gemm(_fused(256, 256, 64, dtype="bfloat16"), "bfloat16")
+    assert found is not None
+    tile = choose_wgmma_tile(256, 256)
+    assert (f"wgmma.mma_async.sync.aligned.m64n{tile.block_n}k16.f32.bf16.bf16"
+            in _source(found.kernel(tile)))
 
 
 def test_match_declines_what_it_cannot_compute():
@@ -170,21 +180,25 @@ def test_conv_numbers_against_numpy():
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
-@pytest.mark.parametrize("m,n,k,lead", [(4096, 768, 3072, ()), (1000, 1000, 1000, ()),
-                                        (77, 100, 40, ()), (197, 2304, 768, (3,))])
-def test_numbers_against_numpy(m, n, k, lead):
-    found = match_gemm(_fused(m, n, k, lead=lead))
+@pytest.mark.parametrize("m,n,k,lead,dtype", [
+    (4096, 768, 3072, (), "float16"), (1000, 1000, 1000, (), "float16"),
+    (77, 100, 40, (), "float16"), (197, 2304, 768, (3,), "float16"),
+    (1000, 1000, 1000, (), "bfloat16")])
+def test_numbers_against_numpy(m, n, k, lead, dtype):
+    found = match_gemm(_fused(m, n, k, lead=lead, dtype=dtype), dtype)
     lib = tvm.compile(tvm.IRModule({"main": found.kernel()}), target=SM90A, tir_pipeline="tirx")
     rng = np.random.default_rng(m + n + k)
-    a = rng.standard_normal((*lead, m, k)).astype("float16")
-    w = rng.standard_normal((k, n)).astype("float16")
-    bias = rng.standard_normal(n).astype("float16")
+    store = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    a, w = (rng.standard_normal(shape).astype(store) for shape in ((*lead, m, k), (k, n)))
+    bias = rng.standard_normal(n).astype(store)
     dev = tvm.cuda(0)
-    out = tvm.runtime.tensor(np.full((*lead, m, n), np.nan, "float16"), dev)
+    out = tvm.runtime.tensor(np.full((*lead, m, n), np.nan, store), dev)
     lib["main"](*(tvm.runtime.tensor(x, dev) for x in (a, np.ascontiguousarray(w.T), bias)),
                 out)
     pre = a.astype("float32") @ w.astype("float32") + bias.astype("float32")
     want = pre * 0.5 * (1 + np.vectorize(math.erf)(pre / np.sqrt(2)))
     got = out.numpy().astype("float32")
     assert np.isfinite(got).all(), "outputs left unwritten"
-    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+    # the output's rounding: 2^-11 relative for float16, 2^-8 for bfloat16
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < (
+        2e-3 if dtype == "float16" else 8e-3)
