@@ -83,12 +83,14 @@ def cuda_source(sch, target) -> str:
     return lib.mod.imports[0].inspect_source() if lib.mod.imports else lib.mod.inspect_source()
 
 
-def nvcc_compiles(source: str, folder: Path) -> None:
-    """Compile CUDA ``source`` for sm_90 with nvcc in ``folder`` (the test fails with nvcc's
-    error); skip the test where nvcc is not installed."""
+def nvcc_compiles(source: str, folder: Path, arch: str = "sm_90") -> None:
+    """Compile CUDA ``source`` for ``arch`` (sm_90a: wgmma's) with nvcc in ``folder`` (the test
+    fails with nvcc's error); skip the test where nvcc is not installed."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not installed: CUDA source generated but not compiled")
     (folder / "k.cu").write_text(source)
-    done = subprocess.run(["nvcc", "-arch=sm_90", "-c", "-w", str(folder / "k.cu"), "-o",
-                           str(folder / "k.o")], capture_output=True, text=True)
+    # -gencode, not -arch: nvcc -arch=sm_90a -c also assembles compute_90 PTX, without wgmma
+    done = subprocess.run(["nvcc", f"-gencode=arch=compute_{arch[3:]},code={arch}", "-c", "-w",
+                           str(folder / "k.cu"), "-o", str(folder / "k.o")],
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -6,8 +6,6 @@ NVIDIA GPU its numbers against NumPy in float32, at sizes no tile divides."""
 from __future__ import annotations
 
 import math
-import shutil
-import subprocess
 
 import ml_dtypes
 import numpy as np
@@ -18,7 +16,7 @@ from tvm.script import tirx as T
 
 from tvmfuse.passes import UseWgmmaGemms
 from tvmfuse.schedules.cuda.wgmma import WgmmaTile, choose_wgmma_tile, gemm_kernel, match_gemm
-from conftest import relax_main
+from conftest import nvcc_compiles, relax_main
 
 SM90A = tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": "llvm"})
 GPU = tvm.cuda(0).exist
@@ -61,15 +59,6 @@ def _conv(n, hw, cin, cout, *, window=1, stride=1):
 def _source(func) -> str:
     lib = tvm.compile(tvm.IRModule({"main": func}), target=SM90A, tir_pipeline="tirx")
     return lib.mod.imports[0].inspect_source()
-
-
-def _nvcc_sm90a(source: str, folder) -> None:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed: CUDA source generated but not compiled")
-    (folder / "k.cu").write_text(source)
-    done = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-w", str(folder / "k.cu"), "-o",
-                           str(folder / "k.cubin")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("lead,weight_nk", [((4,), False), ((), True)])
@@ -122,7 +111,7 @@ def test_source_has_wgmma_tma_and_nvcc_compiles_it(tmp_path, m, n, k):
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in source
     assert "mbarrier.try_wait.parity" in source and "setmaxnreg.inc.sync.aligned.u32" in source
     assert "__launch_bounds__(384, 1)" in source
-    _nvcc_sm90a(source, tmp_path)
+    nvcc_compiles(source, tmp_path, arch="sm_90a")
 
 
 def test_tile_choice_fills_the_sms():
