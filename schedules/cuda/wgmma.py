@@ -14,7 +14,8 @@ the H200's tensor cores give cuBLAS.
   swizzled tiles (matrix descriptors, no register copy), one wgmma group kept in flight, the slot
   released to the producer when the group before it completes;
 - the accumulators (``block_n / 2`` float32 registers a thread; ``setmaxnreg`` moves registers
-  from the producer to the consumers) go through the epilogue straight to global memory,
+  from the producer to the consumers) are staged in the freed pipeline slots, then each thread
+  applies the epilogue to 8 consecutive columns and stores them as one 16-byte vector,
   predicated at M's and N's edges.
 
 Sizes need not be multiples of the tile: TMA reads zeros outside A and B (so K's last step adds
@@ -337,9 +338,8 @@ def match_gemm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch 
         return None
     out = func.params[-1]
     matmul = blocks[is_reduction.index(True)]
-    for block in blocks:
-        stmt = sch.get(block)
-        if is_reduction[blocks.index(block)] or any(w.source.same_as(out) for w in stmt.writes):
+    for block, reduces in zip(blocks, is_reduction):
+        if reduces or any(w.source.same_as(out) for w in sch.get(block).writes):
             continue
         try:
             sch.compute_inline(block)
@@ -349,8 +349,8 @@ def match_gemm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch 
     if found is None:
         return None
     a, b, accumulator, spatial, b_kn = found
-    rest = [b for b in sch.get_child_blocks(sch.get_sblock("root"))
-            if not sch.get(b).same_as(sch.get(matmul))]
+    rest = [block for block in sch.get_child_blocks(sch.get_sblock("root"))
+            if not sch.get(block).same_as(sch.get(matmul))]
     m = math.prod(int(iv.dom.extent) for iv in spatial[:-1])
     n, k = int(spatial[-1].dom.extent), int(a.shape[-1])
     if accumulator.same_as(out):
@@ -370,14 +370,15 @@ def match_gemm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch 
                 != [int(iv.dom.extent) for iv in spatial]):
             return None
         value = store.value
-        reads_ok = []
+        loads = []
         try:
-            _rebuild(value, lambda load: reads_ok.append(
-                _is_identity(load.indices, iters) if load.source.same_as(accumulator)
-                else any(load.source.same_as(p) for p in func.params)), {})
+            _rebuild(value, loads.append, {})  # walks the value: append keeps each load
         except ValueError:
             return None
-        if not reads_ok or not all(reads_ok):
+        # the accumulator read where it is stored, the rest parameters (a bias, a residual)
+        if not loads or not all(
+                _is_identity(load.indices, iters) if load.source.same_as(accumulator)
+                else any(load.source.same_as(p) for p in func.params) for load in loads):
             return None
     if str(out.dtype) not in ("float16", "bfloat16", "float32") or k % 8:
         return None
@@ -445,12 +446,12 @@ _BINARY = tuple(getattr(tvm.ir.prim.expr, name) for name in (
 def _rebuild(expr, on_load, bound: dict, buffers=()):
     """``expr`` with variables replaced by ``bound`` and each load by ``on_load(load)`` (None:
     the load kept, its indices rebuilt, its buffer replaced where ``buffers`` pairs it (old,
-    new)). The epilogues of fused kernels are casts, arithmetic,
-    selects and math calls; anything else raises ``ValueError``."""
+    new)). The epilogues of fused kernels are casts, arithmetic, selects and math calls;
+    anything else raises ``ValueError``."""
     def visit(e):
         if isinstance(e, tvm.ir.TensorLoad):
             replaced = on_load(e)
-            if replaced is None or isinstance(replaced, bool):
+            if replaced is None:
                 source = next((new for old, new in buffers if old.same_as(e.source)), e.source)
                 return tvm.tirx.BufferLoad(source, [visit(i) for i in e.indices])
             return replaced

@@ -26,6 +26,24 @@ def calls_op(expr, name: str) -> bool:
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
 
 
+def constant_arguments(mod: tvm.IRModule) -> dict[str, set[int]]:
+    """Kernel name -> the indices of the arguments that are Relax constants in every
+    ``call_tir`` of it (kernels never called are absent)."""
+    constant: dict[str, set[int]] = {}
+
+    def visit(expr):
+        if not calls_op(expr, "relax.call_tir"):
+            return
+        kernel, args = expr.args[0].name_hint, expr.args[1].fields
+        here = {i for i, arg in enumerate(args) if isinstance(arg, tvm.ir.expr.Constant)}
+        constant[kernel] = constant.get(kernel, here) & here
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return constant
+
+
 def scalar_constant(expr) -> float | None:
     """The value of a one-element Relax constant, else None."""
     if isinstance(expr, tvm.ir.expr.GenericConst) and expr.value.numpy().size == 1:

@@ -14,10 +14,10 @@ Preconditions: after FuseTIR.
 from __future__ import annotations
 
 import tvm
-from tvm import relax, tirx
+from tvm import tirx
 
 from ..names import LAYOUT_FREE_BUFFERS
-from ._rewrite import calls_op
+from ._rewrite import constant_arguments
 
 
 @tvm.transform.module_pass(opt_level=0, name="MarkWeightsLayoutFree")
@@ -25,18 +25,7 @@ class MarkWeightsLayoutFree:
     """Attach ``layout_free_buffers`` to every kernel called with constants; see the docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        constant: dict[str, set[int]] = {}
-
-        def visit(expr):
-            if not calls_op(expr, "relax.call_tir"):
-                return
-            kernel, args = expr.args[0].name_hint, expr.args[1].fields
-            here = {i for i, arg in enumerate(args) if isinstance(arg, tvm.ir.expr.Constant)}
-            constant[kernel] = constant.get(kernel, here) & here
-
-        for func in mod.functions.values():
-            if isinstance(func, relax.Function):
-                relax.analysis.post_order_visit(func, visit)
+        constant = constant_arguments(mod)
         updated = mod.clone()
         for gvar, func in mod.functions.items():
             indices = sorted(constant.get(gvar.name_hint, ()))

@@ -46,11 +46,11 @@ class _Narrow(relax.PyExprMutator):
         attrs = call.attrs
         if not isinstance(call.op, tvm.ir.Op) or attrs is None:
             return call
-        fields = {name: getattr(attrs, name) for name in ("dtype", "out_dtype")
-                  if hasattr(attrs, name) and str(getattr(attrs, name)) == HALF}
-        if not fields:
+        half = [name for name in ("dtype", "out_dtype")
+                if hasattr(attrs, name) and str(getattr(attrs, name)) == HALF]
+        if not half:
             return call
-        narrowed = _with_fields(attrs, {name: BF16 for name in fields})
+        narrowed = _with_fields(attrs, dict.fromkeys(half, BF16))
         return relax.Call(call.op, call.args, narrowed, call.ty_args)
 
 

@@ -25,6 +25,7 @@ from tvm import relax
 
 from ..names import IS_SCHEDULED, SCHEDULE, TIRX_KERNEL
 from ..schedules.cuda import wgmma
+from ._rewrite import constant_arguments
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,9 @@ class UseWgmmaGemms:
                 found = wgmma.match_gemm(func)
                 if found is not None and found.m >= self.min_rows and found.k >= self.min_k:
                     matches[gvar] = found
-        calls = _calls(mod)
-        matches = {gvar: found for gvar, found in matches.items() if calls.get(gvar) and all(
-            isinstance(call.args[1][found.b_index], tvm.ir.expr.Constant) for call in calls[gvar])}
+        constant = constant_arguments(mod)
+        matches = {gvar: found for gvar, found in matches.items()
+                   if found.b_index in constant.get(gvar.name_hint, ())}
         if not matches:
             return mod
         # a PrimFunc's new signature (B is [N, K]) needs a new GlobalVar: the old one keeps the
@@ -65,18 +66,6 @@ class UseWgmmaGemms:
                              found.b_index if found.b_kn else None)
             log.debug("%s: wgmma GEMM %dx%dx%d", gvar.name_hint, found.m, found.n, found.k)
         return _redirect_calls(builder.get(), renamed)
-
-
-def _calls(mod: tvm.IRModule) -> dict:
-    """PrimFunc -> the ``call_tir``s of it in the module's Relax functions."""
-    call_tir = tvm.ir.Op.get("relax.call_tir")
-    calls = {}
-    for func in mod.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, lambda e: calls.setdefault(
-                e.args[0], []).append(e) if isinstance(e, relax.Call) and e.op.same_as(
-                    call_tir) else None)
-    return calls
 
 
 def _redirect_calls(mod: tvm.IRModule, renamed: dict) -> tvm.IRModule:

@@ -47,10 +47,10 @@ def _check_tvm_precision(ctx: BenchContext, stock: bool = False) -> None:
     (its ToMixedPrecision converts to float16 only: bfloat16 is tvmfuse's NarrowToBFloat16)."""
     from ...pipeline import PRECISIONS  # noqa: PLC0415
 
-    if ctx.dtype not in (("float32", "float16") if stock else PRECISIONS):
-        raise Unavailable(f"TVM's ToMixedPrecision converts to float16 only, not {ctx.dtype}"
-                          if stock else f"tvmfuse builds compute in {', '.join(PRECISIONS)}, "
-                          f"not {ctx.dtype}")
+    if stock and ctx.dtype not in ("float32", "float16"):
+        raise Unavailable(f"TVM's ToMixedPrecision converts to float16 only, not {ctx.dtype}")
+    if ctx.dtype not in PRECISIONS:
+        raise Unavailable(f"tvmfuse builds compute in {', '.join(PRECISIONS)}, not {ctx.dtype}")
 
 
 @register("stock-tvm")
