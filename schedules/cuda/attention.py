@@ -13,8 +13,8 @@ in tiles of 32, the warp's width:
    tile's 32 probabilities and V rows, after rescaling them by how much the maximum grew.
 
 Scores and probabilities never reach global memory, and Q, K, V are read from the packed QKV
-tensor at their channel offsets, as on CPUs. No tensor cores: the head dimension (64) and BERT's
-sequences (128) are small, and the kernel is about launch count and memory traffic.
+tensor at their channel offsets, as on CPUs. No tensor cores: this kernel takes float32
+attention and the float16 shapes the tensor-core kernel (``flash_attention.py``) does not.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
+from tvmfuse.names import IS_SCHEDULED, SCHEDULE
 from tvmfuse.passes.fuse_attention import AttentionShape
 
-from tvmfuse.names import IS_SCHEDULED, SCHEDULE
+from . import flash_attention
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cuda.attention"
@@ -32,19 +33,26 @@ NAME = "cuda.attention"
 WARP = 32
 #: Warps (query rows) per thread block.
 ROWS = 4
-#: float16 attention of at least this many multiply-adds (QK^T and PV: 2 B H S S_kv D) is left
-#: unfused, its two batched matmuls to the tensor-core GEMM (``matmul.py``) and its softmax to a
-#: warp a row (``rows.py``): this kernel's SIMT dot products ran BERT-base's at batch 32 (805 M) at 7 TFLOP/s, 2.65
-#: of its 6.5 ms on the H200 (session 17's profile); at batch 1 (25 M) it is 7 us a layer, where
-#: the unfused chain's eight launches would cost more. Where between the two the chain starts
-#: to win has not been measured: batch 6 of BERT's shape is this threshold.
+#: float16 attention of at least this many multiply-adds (QK^T and PV: 2 B H S S_kv D) that the
+#: tensor-core kernel does not take is left unfused, its two batched matmuls to the tensor-core
+#: GEMM (``matmul.py``) and its softmax to a warp a row (``rows.py``): this kernel's SIMT dot
+#: products ran BERT-base's at batch 32 (805 M) at 7 TFLOP/s on the H200 (session 17).
 TENSOR_CORE_MACS = 1 << 27
 
 
 def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc | None:
-    """The scheduled CUDA kernel for ``shape``; None for cross-attention and decoding steps
-    (queries and keys of different lengths) and symbolic shapes, which this kernel does not
-    handle, and for float16 attention large enough for tensor cores (``TENSOR_CORE_MACS``)."""
+    """The scheduled CUDA kernel for ``shape``: the tensor-core kernel where it applies (float16
+    and bfloat16, static shapes, heads a multiple of 16 wide), else this file's; None where
+    neither does (symbolic shapes; in float32, queries and keys of different lengths) and for
+    float16 attention large enough that its unfused matmuls on tensor cores win."""
+    if flash_attention.supports(shape):
+        return flash_attention.flash_attention_kernel(shape)
+    return simt_attention_kernel(shape)
+
+
+def simt_attention_kernel(shape: AttentionShape) -> tirx.PrimFunc | None:
+    """This file's kernel for ``shape``, None where it does not apply (see
+    ``attention_kernel``)."""
     if not all(isinstance(d, int) for d in (shape.batch, shape.seq, shape.kv_seq)) \
             or shape.kv_seq != shape.seq:
         return None

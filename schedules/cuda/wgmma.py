@@ -225,6 +225,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
             # column 8 * j + 2 * (lane % 4) (+ 1 for odd e).
             T.ptx.bar.sync(T.uint32(1), T.uint32(consumers * WG_THREADS))
             wg_row = T.meta_var((wg - 1) * WG_M)
+            out = T.alloc_local((vec,), out_dtype)
             for j in T.unroll(bn // 8):
                 for e in T.unroll(4):
                     staged[wg_row + tid // 32 * 16 + tid % 32 // 4 + e // 2 * 8,
@@ -236,8 +237,13 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 row = T.meta_var(tile_m * bm + wg_row + r)
                 col = T.meta_var(tile_n * bn + c)
                 if row < m and col + vec <= n:
+                    # computed into registers, then stored as one vector: TVM scalarizes a
+                    # vectorized loop whose value calls a function without a vector form (GELU's
+                    # erf), and with it the store (2 bytes at a time: FFN1 at half the GEMM's speed)
+                    for e in T.unroll(vec):
+                        out[e] = epilogue(staged[wg_row + r, c + e], row, col + e)
                     for e in T.vectorized(vec):
-                        C[row, col + e] = epilogue(staged[wg_row + r, c + e], row, col + e)
+                        C[row, col + e] = out[e]
                 elif row < m:
                     for e in T.serial(vec):
                         if col + e < n:

@@ -156,9 +156,10 @@ def test_kernel_for_sixteen_registers_against_numpy(seq, dim):
 def test_cuda_kernel_alone_against_numpy(seq, dim):
     """Warps over partial key tiles (7, 48, 200 keys) and head dimensions that are not a multiple
     of the warp (16: lanes idle; 80: three dimensions per lane, the last partial)."""
-    from tvmfuse.schedules.cuda.attention import attention_kernel as cuda_kernel
+    from tvmfuse.schedules.cuda.attention import simt_attention_kernel
 
-    _against_numpy(cuda_kernel, api.get_target("cuda-sm90").tvm_target(), tvm.cuda(0), seq, dim)
+    _against_numpy(simt_attention_kernel, api.get_target("cuda-sm90").tvm_target(), tvm.cuda(0),
+                   seq, dim)
 
 
 def _against_numpy(make_kernel, target, device, seq: int, dim: int):
@@ -202,19 +203,24 @@ def test_cuda_kernel_builds_and_its_rule_turns_it_off(tmp_path):
     compiled = api.compile_model(model, target, api.BuildOptions(fusion_rules=off))
     assert "attention" not in compiled.analysis.implementations
 
-def test_cuda_leaves_large_fp16_attention_to_the_tensor_cores():
-    """BERT-base's attention at batch 32 in float16 stays unfused (its batched matmuls then run
-    on the mma GEMM); at batch 1, and in float32 at any batch, the SIMT kernel takes it."""
-    from tvmfuse.schedules.cuda.attention import attention_kernel
+def test_cuda_takes_fp16_attention_on_tensor_cores():
+    """BERT-base's float16 attention goes to the tensor-core kernel at any batch; float32 to
+    the SIMT kernel, which alone would leave large float16 attention unfused (its batched
+    matmuls on the mma GEMM)."""
+    from tvmfuse.schedules.cuda import attention, flash_attention
 
     def shape(batch, dtype):
         return AttentionShape(batch=batch, seq=128, kv_seq=128, heads=12, head_dim=64,
                               q=(2304, 0), k=(2304, 768), v=(2304, 1536), mask=(batch, 1, 1, 128),
                               scale=0.125, dtype=dtype)
 
-    assert attention_kernel(shape(32, "float16")) is None
-    assert attention_kernel(shape(1, "float16")) is not None
-    assert attention_kernel(shape(32, "float32")) is not None
+    for batch in (1, 32):
+        kernel = attention.attention_kernel(shape(batch, "float16"))
+        assert kernel.attrs["tvmfuse.schedule"] == flash_attention.NAME
+    assert attention.simt_attention_kernel(shape(32, "float16")) is None
+    assert attention.simt_attention_kernel(shape(1, "float16")) is not None
+    assert attention.attention_kernel(shape(32, "float32")).attrs["tvmfuse.schedule"] \
+        == attention.NAME
 
 
 @pytest.mark.parametrize("seq", [1, 7, 49, 50, 197])
