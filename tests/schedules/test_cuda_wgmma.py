@@ -126,16 +126,18 @@ def test_tile_choice_fills_the_sms():
         WgmmaTile(block_n=256, stages=6).validate()
 
 
-def test_pass_replaces_kernel_and_transposes_constant_weight():
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_pass_replaces_kernel_and_transposes_constant_weight(dtype):
     rng = np.random.default_rng(0)
-    weight = rng.standard_normal((64, 200)).astype("float16")  # [K, N]
-    bias = rng.standard_normal(200).astype("float16")
+    host = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    weight = rng.standard_normal((64, 200)).astype(host)  # [K, N]
+    bias = rng.standard_normal(200).astype(host)
     def body(bb, x):
-        gvar = bb.add_func(_fused(2048, 200, 64), "fused_gemm")
-        return relax.call_tir(gvar, [x, relax.const(weight), relax.const(bias)],
-                              relax.TensorType((2048, 200), "float16"))
+        gvar = bb.add_func(_fused(2048, 200, 64, dtype=dtype), "fused_gemm")
+        return relax.call_tir(gvar, [x, relax.const(weight, dtype), relax.const(bias, dtype)],
+                              relax.TensorType((2048, 200), dtype))
 
-    before = relax_main({"x": (2048, 64)}, body, "float16")
+    before = relax_main({"x": (2048, 64)}, body, dtype)
     mod = UseWgmmaGemms(SM90A, min_k=64)(before)
     kernel = mod["fused_gemm"]
     assert kernel.attrs["tvmfuse.schedule"] == "cuda.wgmma_gemm"

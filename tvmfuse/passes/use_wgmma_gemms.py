@@ -1,4 +1,4 @@
-"""UseWgmmaGemms: fused fp16 GEMMs over constant weights become Hopper wgmma kernels
+"""UseWgmmaGemms: fused fp16 and bf16 GEMMs over constant weights become Hopper wgmma kernels
 (``schedules/cuda/wgmma.py``), their weights transposed to [N, K] at build time.
 
 A kernel is taken when :func:`schedules.cuda.wgmma.match_gemm` reads it as ``epilogue(A @ B)``
@@ -43,7 +43,7 @@ class UseWgmmaGemms:
         matches = {}
         for gvar, func in mod.functions.items():
             if isinstance(func, tvm.tirx.PrimFunc) and not func.attrs.get(IS_SCHEDULED, False):
-                found = wgmma.match_gemm(func)
+                found = wgmma.match_gemm(func) or wgmma.match_gemm(func, "bfloat16")
                 if found is not None and found.m >= self.min_rows and found.k >= self.min_k:
                     matches[gvar] = found
         constant = constant_arguments(mod)
