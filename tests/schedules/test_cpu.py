@@ -236,6 +236,26 @@ def test_register_tile_fits_the_register_file(vector, tile):
     assert choose_tile(7, 32, Vector(16, 32)).rows == 7  # 7x7 maps: rows divide the width
 
 
+def test_sixteen_register_tiles_reuse_their_weights_and_divide_the_rows():
+    """In 16 registers a tile of several blocks fits one row (each weight vector used once) and
+    is taken only where the output has one row; a tile's rows divide a conv's (which are not
+    padded) where that keeps 3/4 of them; numbers of RegNet's 1x1 conv on 28x28 in that tile."""
+    from tvmfuse.schedules.cpu._blocked import Tile, choose_tile
+
+    avx2 = Vector(8, 16)
+    assert choose_tile(7, 440, avx2) == Tile(7, 1, 8)  # not 1 x 5
+    assert choose_tile(28, 104, avx2) == Tile(7, 1, 8)  # not 8 x 1: 28 = 3 x 8 + 4
+    assert choose_tile(1, 440, avx2).rows == 1
+    assert choose_tile(14, 64, avx2).rows == 2  # 4 x 2 would leave 14 = 3 x 4 + 2
+    assert choose_tile(197, 104, avx2) == Tile(8, 1, 8)  # no divisor near 8: predicated
+    assert choose_tile(28, 104, avx2, tall=True).rows == 12  # a GEMM's rows are padded
+    inputs, body = _conv_relu(28, 104, 104, 1, 1)
+    sch = cpu.Conv2D(avx2).apply(_kernel(inputs, body), None, False)
+    assert _extents(sch, "conv2d_nhwc_update")[-3:] == [7, 1, 8]
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    _close(_run(sch, [x, w, b], (1, 28, 28, 104)), _torch_conv_relu(x, w, b, 1, 1))
+
+
 def test_pool_and_mean():
     def body(bb, x):
         pooled = bb.emit(relax.op.nn.max_pool2d(x, 3, 2, 1, layout="NHWC"))
