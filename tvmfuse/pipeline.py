@@ -19,7 +19,7 @@ from .passes import (
     Conv1DAsConv2D, DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldGeluTanh,
     FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention, GlobalPoolToReduce,
     MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul, MergeSummedConv,
-    NarrowToBFloat16, PrepackWeights, StoreNarrowed, VerifyFusion,
+    NarrowToBFloat16, PointConvAsMatmul, PrepackWeights, StoreNarrowed, VerifyFusion,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -129,6 +129,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             ])),
             _attention(family, rules["fused_attention"].enabled),
             *family.layout_passes(rules),
+            PointConvAsMatmul(),  # 1x1 convs over 1x1 maps (squeeze-excite): matmuls
             _if(rules["horizontal_conv"].enabled, MergeSummedConv()),
             _if(rules["fold_layout_glue"].enabled, FoldLayoutGlue()),
         ])),

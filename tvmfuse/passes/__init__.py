@@ -17,6 +17,7 @@ from .narrow_to_bfloat16 import NarrowToBFloat16
 from .merge_parallel_matmul import MergeParallelMatmul
 from .merge_summed_conv import MergeSummedConv
 from .normalize_squeeze_axes import NormalizeSqueezeAxes
+from .point_conv_as_matmul import PointConvAsMatmul
 from .prepack_weights import PrepackWeights
 from .simplify_bounded_shapes import SimplifyBoundedShapes
 from .store_narrowed import StoreNarrowed
@@ -29,6 +30,6 @@ __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNo
            "FoldConstantCasts", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "NarrowToBFloat16", "MergeSummedConv",
-           "NormalizeSqueezeAxes", "PrepackWeights", "SimplifyBoundedShapes", "StoreNarrowed",
+           "NormalizeSqueezeAxes", "PointConvAsMatmul", "PrepackWeights", "SimplifyBoundedShapes", "StoreNarrowed",
            "UseWgmmaGemms", "VerifyFusion",
            "WidenIntegerCumsum", "WinogradConv2D"]
