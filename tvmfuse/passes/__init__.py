@@ -17,6 +17,7 @@ from .narrow_to_bfloat16 import NarrowToBFloat16
 from .merge_parallel_matmul import MergeParallelMatmul
 from .merge_summed_conv import MergeSummedConv
 from .normalize_squeeze_axes import NormalizeSqueezeAxes
+from .pad_conv_channels import PadConvChannels
 from .point_conv_as_matmul import PointConvAsMatmul
 from .prepack_weights import PrepackWeights
 from .simplify_bounded_shapes import SimplifyBoundedShapes
@@ -30,6 +31,6 @@ __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNo
            "FoldConstantCasts", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "NarrowToBFloat16", "MergeSummedConv",
-           "NormalizeSqueezeAxes", "PointConvAsMatmul", "PrepackWeights", "SimplifyBoundedShapes", "StoreNarrowed",
+           "NormalizeSqueezeAxes", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights", "SimplifyBoundedShapes", "StoreNarrowed",
            "UseWgmmaGemms", "VerifyFusion",
            "WidenIntegerCumsum", "WinogradConv2D"]

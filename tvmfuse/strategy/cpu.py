@@ -10,7 +10,7 @@ import math
 import tvm
 from tvm import relax, te, tirx, topi
 
-from ..passes import ApplyScheduleRules, WinogradConv2D
+from ..passes import ApplyScheduleRules, PadConvChannels, WinogradConv2D
 from ..rules import Rule
 from ..schedules import cpu
 from ..schedules.cpu.attention import attention_kernel
@@ -20,11 +20,13 @@ from .base import Strategy, nhwc_convs
 
 class CpuStrategy(Strategy):
     def layout_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
-        """Convs in NHWC/HWIO (``conv_layout_nhwc``), the weights folded into it; with
-        ``winograd_conv2d`` (which needs NHWC) 3x3 stride-1 convs as Winograd F(2x2, 3x3)."""
+        """Convs in NHWC/HWIO (``conv_layout_nhwc``), the weights folded into it, their output
+        channels padded to whole vectors (PadConvChannels); with ``winograd_conv2d`` (which
+        needs NHWC) 3x3 stride-1 convs as Winograd F(2x2, 3x3)."""
         if not rules["conv_layout_nhwc"].enabled:
             return []
-        return [*nhwc_convs("HWIO"),
+        return [*nhwc_convs("HWIO"), PadConvChannels(self.target.vector.lanes),
+                relax.transform.FoldConstant(),
                 *([WinogradConv2D()] if rules["winograd_conv2d"].enabled else [])]
 
     def legalize_overrides(self, rules: dict[str, Rule]) -> dict:

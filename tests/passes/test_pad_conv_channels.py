@@ -1,0 +1,53 @@
+import torch
+import tvm
+from tvm import relax
+
+from tvmfuse import api
+from tvmfuse.passes import PadConvChannels
+from tvmfuse.verify import verify
+
+from conftest import HOST, relax_main
+
+
+def test_output_channels_padded_to_whole_vectors_then_sliced():
+    params = {"x": (1, 9, 9, 16), "w": (3, 3, 16, 77)}
+    before = relax_main(params, lambda bb, x, w: relax.op.nn.conv2d(
+        x, w, padding=1, data_layout="NHWC", kernel_layout="HWIO"))
+
+    def padded(bb, x, w):
+        wide = bb.emit(relax.op.nn.pad(w, [0, 0, 0, 0, 0, 0, 0, 3]))
+        conv = bb.emit(relax.op.nn.conv2d(x, wide, padding=1, data_layout="NHWC",
+                                          kernel_layout="HWIO"))
+        return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[77])
+
+    after = PadConvChannels(8)(before)
+    tvm.ir.assert_structural_equal(relax.transform.Normalize()(after),
+                                   relax.transform.Normalize()(relax_main(params, padded)))
+
+
+def test_whole_vectors_grouped_and_nchw_convs_are_no_match():
+    cases = [((1, 9, 9, 16), (3, 3, 16, 80), {}),  # already whole vectors
+             ((1, 9, 9, 16), (3, 3, 16, 20), {}),  # vectors of 4
+             ((1, 9, 9, 16), (3, 3, 4, 20), {"groups": 4}),  # grouped
+             ((1, 9, 9, 16), (3, 3, 16, 4), {})]  # under one vector
+    for x, w, kw in cases:
+        before = relax_main({"x": x, "w": w}, lambda bb, x, w: relax.op.nn.conv2d(
+            x, w, data_layout="NHWC", kernel_layout="HWIO", **kw))
+        tvm.ir.assert_structural_equal(PadConvChannels(8)(before), before)
+    nchw = relax_main({"x": (1, 16, 9, 9), "w": (77, 16, 3, 3)},
+                      lambda bb, x, w: relax.op.nn.conv2d(x, w))
+    tvm.ir.assert_structural_equal(PadConvChannels(8)(nchw), nchw)
+
+
+def test_odd_channels_take_the_conv_schedule_and_match_pytorch(tmp_path):
+    """3x3 convs to 77 and 45 channels (a bias and ReLU each): register-blocked, not the
+    catch-all schedule (3 GFLOP/s), the padded channels sliced off."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 77, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(77, 45, 3, stride=2, padding=1)).eval()
+    imported = api.import_torch(model, [torch.randn(1, 16, 15, 15)])
+    compiled = api.compile_model(imported, api.get_target(HOST), api.BuildOptions())
+    implementations = list(compiled.analysis.implementations.values())
+    assert implementations.count("cpu.conv2d") == 2 and "cpu.parallel" not in implementations
+    (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), imported)
+    assert check.rel_err < 1e-5
