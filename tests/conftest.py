@@ -66,20 +66,21 @@ def run_cli(*args: str, cwd: Path | None = None, code: str | None = None):
     return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or REPO, env=env, timeout=600)
 
 
-def build_cuda_kernel(sch, target):
-    """Compile the one PrimFunc of schedule ``sch`` for the CUDA ``target`` as tvmfuse's CUDA
-    builds lower it (``cp.async`` on)."""
+def build_cuda_kernel(kernel, target):
+    """Compile ``kernel`` (a schedule's one PrimFunc, or a PrimFunc written scheduled) for the
+    CUDA ``target`` as tvmfuse's CUDA builds lower it (``cp.async`` on)."""
     import tvm  # noqa: PLC0415 - only the CUDA schedule tests need it here
+    from tvm import s_tir  # noqa: PLC0415
 
+    func = kernel.mod["main"] if isinstance(kernel, s_tir.Schedule) else kernel
     with target, tvm.transform.PassContext(config={"tirx.use_async_copy": True}):
-        return tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol",
-                                                                           "main")}),
+        return tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
                            target=target)
 
 
-def cuda_source(sch, target) -> str:
+def cuda_source(kernel, target) -> str:
     """The CUDA source of :func:`build_cuda_kernel`'s library."""
-    lib = build_cuda_kernel(sch, target)
+    lib = build_cuda_kernel(kernel, target)
     return lib.mod.imports[0].inspect_source() if lib.mod.imports else lib.mod.inspect_source()
 
 

@@ -13,7 +13,7 @@ import tvm
 from tvmfuse import api
 from tvmfuse.passes.fuse_attention import AttentionShape
 from tvmfuse.schedules.cuda import attention, flash_attention
-from conftest import nvcc_compiles
+from conftest import build_cuda_kernel, cuda_source, nvcc_compiles
 
 TARGET = api.get_target("cuda-sm90").tvm_target()
 GPU = tvm.cuda(0).exist
@@ -29,15 +29,10 @@ def _shape(batch=2, seq=197, heads=3, dim=64, kv_seq=None, dtype="float16", mask
                           dtype=dtype, kv_seq=kv_seq)
 
 
-def _source(func) -> str:
-    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
-                      target=TARGET)
-    return lib.mod.imports[0].inspect_source()
-
-
 @pytest.mark.parametrize("dtype,dim", [("float16", 64), ("bfloat16", 128)])
 def test_source_has_mma_ldmatrix_shuffles_and_nvcc_compiles_it(tmp_path, dtype, dim):
-    source = _source(flash_attention.flash_attention_kernel(_shape(dim=dim, dtype=dtype)))
+    source = cuda_source(flash_attention.flash_attention_kernel(_shape(dim=dim, dtype=dtype)),
+                         TARGET)
     kind = {"float16": "f16", "bfloat16": "bf16"}[dtype]
     assert f"mma.sync.aligned.m16n8k16.row.col.f32.{kind}.{kind}.f32" in source
     assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in source  # V's B fragments
@@ -95,8 +90,7 @@ def test_numbers_against_numpy(seq, kv_seq, dim, mask, warps, dtype):
     masked = rng.random(mask_shape) < 0.3
     masked[..., 0] = False  # every query sees a key
     mask_in = np.where(masked, -1e4, 0).astype(host)
-    lib = tvm.compile(tvm.IRModule({"main": flash_attention.flash_attention_kernel(
-        shape, warps).with_attr("global_symbol", "main")}), target=TARGET)
+    lib = build_cuda_kernel(flash_attention.flash_attention_kernel(shape, warps), TARGET)
     device = tvm.cuda(0)
     out = tvm.runtime.tensor(np.zeros((batch, seq, heads * dim), host), device)
     lib["main"](*(tvm.runtime.tensor(a, device) for a in (q_in, k_in, v_in, mask_in)), out)

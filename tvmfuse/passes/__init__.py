@@ -13,9 +13,9 @@ from .fuse_attention import FuseAttention
 from .global_pool_to_reduce import GlobalPoolToReduce
 from .mark_gathers_injective import MarkGathersInjective
 from .mark_weights_layout_free import MarkWeightsLayoutFree
-from .narrow_to_bfloat16 import NarrowToBFloat16
 from .merge_parallel_matmul import MergeParallelMatmul
 from .merge_summed_conv import MergeSummedConv
+from .narrow_to_bfloat16 import NarrowToBFloat16
 from .normalize_squeeze_axes import NormalizeSqueezeAxes
 from .pad_conv_channels import PadConvChannels
 from .point_conv_as_matmul import PointConvAsMatmul
@@ -30,7 +30,7 @@ from .winograd_conv2d import WinogradConv2D
 __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNorm",
            "FoldConstantCasts", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
-           "MarkWeightsLayoutFree", "MergeParallelMatmul", "NarrowToBFloat16", "MergeSummedConv",
-           "NormalizeSqueezeAxes", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights", "SimplifyBoundedShapes", "StoreNarrowed",
-           "UseWgmmaGemms", "VerifyFusion",
+           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
+           "NormalizeSqueezeAxes", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
+           "SimplifyBoundedShapes", "StoreNarrowed", "UseWgmmaGemms", "VerifyFusion",
            "WidenIntegerCumsum", "WinogradConv2D"]
