@@ -99,29 +99,80 @@ def choose_wgmma_tile(m: int, n: int, sms: int = 132) -> WgmmaTile:
     return best[1]
 
 
+@dataclass(frozen=True)
+class ConvGeometry:
+    """An NHWC conv with an OHWI weight as the kernel's GEMM (an implicit GEMM): its rows are the
+    output pixels, K runs over the window's taps and, within a tap, 64 input channels a
+    pipeline step. A's tile for one step is the input under ``block_m`` output pixels shifted
+    by the tap: ``segment`` pixels of one output row a TMA copy (4-D, strided by the conv's
+    stride, zeros where the window hangs over the input's edge: the conv's padding), so the
+    im2col matrix is never stored. Rows of a tile past an output row's end are computed from
+    zeros and not stored."""
+
+    batch: int
+    height: int
+    width: int
+    channels: int
+    out_height: int
+    out_width: int
+    window: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    #: zeros above and left of the input
+    padding: tuple[int, int] = (0, 0)
+
+    @property
+    def segment(self) -> int:
+        """Output pixels a copy loads: the width wasting the fewest rows at the end of an
+        output row (56 -> 8, 28 -> 32, 14 -> 16, 7 -> 8), the wider where two waste as few."""
+        return min((8, 16, 32, 64), key=lambda seg: (-(-self.out_width // seg) * seg, -seg))
+
+    @property
+    def segments_per_row(self) -> int:
+        return -(-self.out_width // self.segment)
+
+    @property
+    def rows(self) -> int:
+        """The GEMM's rows with each output row padded to whole segments."""
+        return self.batch * self.out_height * self.segments_per_row * self.segment
+
+    @property
+    def channel_steps(self) -> int:
+        return -(-self.channels // BLOCK_K)
+
+    @property
+    def k_steps(self) -> int:
+        return self.window[0] * self.window[1] * self.channel_steps
+
+
 def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 out_dtype: str = "float16", in_dtype: str = "float16",
                 epilogue: Epilogue | None = None,
                 extra: tuple[tvm.tirx.Buffer, ...] = (),
                 a_shape: tuple | None = None, b_shape: tuple | None = None,
-                c_shape: tuple | None = None) -> tvm.tirx.PrimFunc:
+                c_shape: tuple | None = None,
+                conv: ConvGeometry | None = None) -> tvm.tirx.PrimFunc:
     """The TIRx PrimFunc ``(A [m, k], B [n, k], *extra, C [m, n])``: ``epilogue(acc, row, col)``
     gives the value stored at C[row, col] (by default the accumulator cast to ``out_dtype``),
     reading the buffers ``extra`` (``tvm.tirx.decl_buffer``s), which become parameters.
     ``a_shape`` and ``c_shape`` declare A and C with leading batch axes (rows are their
     product: a linear layer's [batch, seq, features], an NHWC conv's [N, H, W, C]), ``b_shape``
-    B with unit axes (a 1x1 conv's OHWI weight, [N, 1, 1, K])."""
-    tile = tile or choose_wgmma_tile(m, n)
+    B with unit axes (a 1x1 conv's OHWI weight, [N, 1, 1, K]). With ``conv`` the kernel is that
+    conv's implicit GEMM: A is its NHWC input, B its OHWI weight, rows its output pixels."""
+    tile = tile or choose_wgmma_tile(conv.rows if conv else m, n)
     tile.validate()
-    if k % 8:
-        raise ValueError(f"K = {k}: TMA needs K a multiple of 8 (16-byte rows)")
+    if k % 8 or conv and conv.channels % 8:
+        raise ValueError(f"K = {k}: TMA needs K (a conv's channels) a multiple of 8 "
+                         "(16-byte rows)")
     bm, bn, stages, consumers = tile.block_m, tile.block_n, tile.stages, tile.consumers
-    tiles_m, tiles_n = math.ceil(m / bm), math.ceil(n / bn)
-    k_steps = math.ceil(k / BLOCK_K)
+    tiles_m, tiles_n = math.ceil((conv.rows if conv else m) / bm), math.ceil(n / bn)
+    k_steps = conv.k_steps if conv else math.ceil(k / BLOCK_K)
     group = GROUP_M * tiles_n
     acc_len = bn // 2
     # 16-byte stores where C's rows keep them aligned
     vec = 8 if n % 8 == 0 else 1
+    seg = conv.segment if conv else 0
+    taps = conv.window[0] * conv.window[1] if conv else 0
     a_stage, b_stage = bm * BLOCK_K, bn * BLOCK_K
     stage_bytes = (a_stage + b_stage) * 2
     ab = {"float16": "f16", "bfloat16": "bf16"}[in_dtype]
@@ -137,11 +188,24 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
         B = T.match_buffer(b_handle, b_shape or (n, k), in_dtype, align=16)
         C_param = T.match_buffer(c_handle, c_shape or (m, n), out_dtype, align=16)
         a_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, in_dtype, 2, A.data,
-                      k, m, k * 2, BLOCK_K, bm, 1, 1, 0, SWIZZLE_128B, 0, 0)
         b_map: T.let[T.handle("tensormap")] = T.tvm_stack_alloca("tensormap", 1)
-        T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, in_dtype, 2, B.data,
-                      k, n, k * 2, BLOCK_K, bn, 1, 1, 0, SWIZZLE_128B, 0, 0)
+        if conv is None:
+            T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, in_dtype, 2, A.data,
+                          k, m, k * 2, BLOCK_K, bm, 1, 1, 0, SWIZZLE_128B, 0, 0)
+            T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, in_dtype, 2, B.data,
+                          k, n, k * 2, BLOCK_K, bn, 1, 1, 0, SWIZZLE_128B, 0, 0)
+        else:
+            # A: the input (C, W, H, N) innermost first, a box of 64 channels x `seg` pixels
+            # of one row taken `stride` apart; B: the weight as (C, taps, O)
+            T.call_packed("runtime.cuTensorMapEncodeTiled", a_map, in_dtype, 4, A.data,
+                          conv.channels, conv.width, conv.height, conv.batch,
+                          conv.channels * 2, conv.width * conv.channels * 2,
+                          conv.height * conv.width * conv.channels * 2,
+                          BLOCK_K, seg * conv.stride[1], 1, 1, 1, conv.stride[1], 1, 1,
+                          0, SWIZZLE_128B, 0, 0)
+            T.call_packed("runtime.cuTensorMapEncodeTiled", b_map, in_dtype, 3, B.data,
+                          conv.channels, taps, n, conv.channels * 2, taps * conv.channels * 2,
+                          BLOCK_K, 1, bn, 1, 1, 1, 0, SWIZZLE_128B, 0, 0)
 
         T.device_entry()
         T.attr({"tirx.launch_bounds_min_blocks_per_sm": 1})
@@ -184,12 +248,33 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                         T.cuda.mbarrier_wait(T.address_of(empty[s]), (kt // stages + 1) % 2)
                     T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
                                                                T.uint32(stage_bytes))
-                    T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
-                        a_smem.ptr_to([s, 0, 0]), T.address_of(a_map), kt * BLOCK_K,
-                        tile_m * bm, T.address_of(full[s]))
-                    T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
-                        b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), kt * BLOCK_K,
-                        tile_n * bn, T.address_of(full[s]))
+                    if conv is None:
+                        T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                            a_smem.ptr_to([s, 0, 0]), T.address_of(a_map), kt * BLOCK_K,
+                            tile_m * bm, T.address_of(full[s]))
+                        T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                            b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), kt * BLOCK_K,
+                            tile_n * bn, T.address_of(full[s]))
+                    else:
+                        # step kt: 64 channels from c0 of tap (ty, tx); segment g of the tile
+                        # is output row `noh` (image * OH + oh), pixels from `ow`
+                        tap = T.meta_var(kt // conv.channel_steps)
+                        c0 = T.meta_var(kt % conv.channel_steps * BLOCK_K)
+                        ty = T.meta_var(tap // conv.window[1])
+                        tx = T.meta_var(tap % conv.window[1])
+                        for g in T.unroll(bm // seg):
+                            segment = T.meta_var(tile_m * (bm // seg) + g)
+                            noh = T.meta_var(segment // conv.segments_per_row)
+                            ow = T.meta_var(segment % conv.segments_per_row * seg)
+                            T.ptx["cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                                a_smem.ptr_to([s, g * seg, 0]), T.address_of(a_map), c0,
+                                ow * conv.stride[1] + tx * conv.dilation[1] - conv.padding[1],
+                                noh % conv.out_height * conv.stride[0]
+                                + ty * conv.dilation[0] - conv.padding[0],
+                                noh // conv.out_height, T.address_of(full[s]))
+                        T.ptx["cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                            b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), c0, tap,
+                            tile_n * bn, T.address_of(full[s]))
         else:
             T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
             acc = T.alloc_local((acc_len,), "float32")
@@ -234,9 +319,9 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
             for it in T.unroll(WG_M * bn // vec // WG_THREADS):
                 r = T.meta_var((it * WG_THREADS + tid) // (bn // vec))
                 c = T.meta_var((it * WG_THREADS + tid) % (bn // vec) * vec)
-                row = T.meta_var(tile_m * bm + wg_row + r)
+                row, stored = T.meta_var(_output_row(tile_m * bm + wg_row + r, m, conv))
                 col = T.meta_var(tile_n * bn + c)
-                if row < m and col + vec <= n:
+                if stored and col + vec <= n:
                     # computed into registers, then stored as one vector: TVM scalarizes a
                     # vectorized loop whose value calls a function without a vector form (GELU's
                     # erf), and with it the store (2 bytes at a time: FFN1 at half the GEMM's speed)
@@ -244,12 +329,25 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                         out[e] = epilogue(staged[wg_row + r, c + e], row, col + e)
                     for e in T.vectorized(vec):
                         C[row, col + e] = out[e]
-                elif row < m:
+                elif stored:
                     for e in T.serial(vec):
                         if col + e < n:
                             C[row, col + e] = epilogue(staged[wg_row + r, c + e], row, col + e)
     # fmt: on
     return _with_params(kernel, extra)
+
+
+def _output_row(tile_row, m: int, conv: ConvGeometry | None):
+    """``(row of C, whether it is stored)`` for a row of the tiles laid end to end: the same
+    row below ``m`` for a GEMM; for a conv, the output pixel of that segment's row, stored
+    unless past the output row's end (or the last image)."""
+    if conv is None:
+        return tile_row, tile_row < m
+    segment, pixel = tile_row // conv.segment, tile_row % conv.segment
+    noh = segment // conv.segments_per_row
+    ow = segment % conv.segments_per_row * conv.segment + pixel
+    return noh * conv.out_width + ow, tvm.tirx.all(
+        ow < conv.out_width, noh < conv.batch * conv.out_height)
 
 
 def _elements(buf: tvm.tirx.Buffer, count: int) -> list:
@@ -288,6 +386,9 @@ class GemmMatch:
     iters: tuple
     value: object
     accumulator: tvm.tirx.Buffer
+    #: Set where the kernel is an NHWC conv (A its input, B its OHWI weight) with a window
+    #: or strides: the kernel computes it as an implicit GEMM.
+    conv: ConvGeometry | None = None
 
     @property
     def b_index(self) -> int:
@@ -319,7 +420,7 @@ class GemmMatch:
                            extra=tuple(new for _, new in fresh),
                            a_shape=tuple(int(d) for d in self.a.shape),
                            b_shape=None if self.b_kn else tuple(int(d) for d in self.b.shape),
-                           c_shape=tuple(int(d) for d in self.out.shape))
+                           c_shape=tuple(int(d) for d in self.out.shape), conv=self.conv)
         a, b, *_, c = func.params
         params = [a if p.same_as(self.a) else b if p.same_as(self.b) else c
                   if p.same_as(self.out) else next(new for old, new in fresh if old.same_as(p))
@@ -331,6 +432,58 @@ def match_gemm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch 
     """The GEMM ``func`` computes, if it is one the wgmma kernel takes: one matmul of
     ``in_dtype`` parameters summed in float32, rows contiguous, then elementwise blocks
     (bias, activation, residual, casts) into the last parameter; None otherwise."""
+    fused = _fused_blocks(func)
+    if fused is None:
+        return None
+    sch, matmul = fused
+    found = _matmul(sch.get(matmul), func.params, in_dtype)
+    if found is None:
+        return None
+    a, b, accumulator, spatial, b_kn = found
+    m = math.prod(int(iv.dom.extent) for iv in spatial[:-1])
+    n, k = int(spatial[-1].dom.extent), int(a.shape[-1])
+    epilogue = _epilogue(sch, matmul, func.params[-1], accumulator, spatial)
+    if epilogue is None or k % 8:
+        return None
+    return GemmMatch(func, a, b, func.params[-1], m, n, k, b_kn, *epilogue, accumulator)
+
+
+def match_conv(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch | None:
+    """The conv ``func`` computes, if the wgmma kernel takes it as an implicit GEMM: an NHWC
+    conv (``C[n, h, w, o] += X'[n, h * sh + ry * dh, w * sw + rx * dw, c] * W[o, ry, rx, c]``)
+    of ``in_dtype`` parameters summed in float32, X' the input X or X zero-padded (a block
+    ``X'[n, h, w, c] = if_then_else(inside, X[n, h - top, w - left, c], 0)``), channels a
+    multiple of 8, strides up to 4, then an elementwise epilogue as :func:`match_gemm`'s."""
+    from tvm import s_tir  # noqa: PLC0415
+
+    fused = _fused_blocks(func, keep_producers=True)
+    if fused is None:
+        return None
+    sch, matmul = fused
+    found = _conv(sch, matmul, func.params, in_dtype)
+    if found is None:
+        return None
+    x, weight, accumulator, spatial, geometry = found
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        if not sch.get(block).same_as(sch.get(matmul)) and not any(
+                w.source.same_as(func.params[-1]) for w in sch.get(block).writes):
+            try:
+                sch.compute_inline(block)
+            except s_tir.ScheduleError:
+                return None
+    epilogue = _epilogue(sch, matmul, func.params[-1], accumulator, spatial)
+    if epilogue is None:
+        return None
+    n = int(spatial[-1].dom.extent)
+    return GemmMatch(func, x, weight, func.params[-1], math.prod(
+        int(iv.dom.extent) for iv in spatial[:-1]), n, math.prod(int(d) for d in weight.shape[1:]),
+        False, *epilogue, accumulator, conv=geometry)
+
+
+def _fused_blocks(func: tvm.tirx.PrimFunc, keep_producers: bool = False):
+    """``(schedule, the one reduction block)`` of ``func``, its other blocks but the last
+    parameter's writer inlined (all but those feeding the reduction with ``keep_producers``);
+    None where it has no or several reductions, or blocks that do not inline."""
     from tvm import s_tir  # noqa: PLC0415
 
     try:
@@ -344,21 +497,25 @@ def match_gemm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch 
         return None
     out = func.params[-1]
     matmul = blocks[is_reduction.index(True)]
+    read = {r.source for r in sch.get(matmul).reads}
     for block, reduces in zip(blocks, is_reduction):
-        if reduces or any(w.source.same_as(out) for w in sch.get(block).writes):
+        writes = sch.get(block).writes
+        if reduces or any(w.source.same_as(out) for w in writes) or keep_producers and any(
+                w.source in read for w in writes):
             continue
         try:
             sch.compute_inline(block)
         except s_tir.ScheduleError:
             return None
-    found = _matmul(sch.get(matmul), func.params, in_dtype)
-    if found is None:
-        return None
-    a, b, accumulator, spatial, b_kn = found
+    return sch, matmul
+
+
+def _epilogue(sch, matmul, out: tvm.tirx.Buffer, accumulator: tvm.tirx.Buffer, spatial):
+    """``(iterators, value)`` of what the kernel stores in ``out`` at each output of the
+    reduction ``matmul`` (the accumulator cast, or the one elementwise block left after it,
+    reading the accumulator where it stores and parameters elsewhere); None otherwise."""
     rest = [block for block in sch.get_child_blocks(sch.get_sblock("root"))
             if not sch.get(block).same_as(sch.get(matmul))]
-    m = math.prod(int(iv.dom.extent) for iv in spatial[:-1])
-    n, k = int(spatial[-1].dom.extent), int(a.shape[-1])
     if accumulator.same_as(out):
         if rest:
             return None
@@ -382,13 +539,106 @@ def match_gemm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch 
         except ValueError:
             return None
         # the accumulator read where it is stored, the rest parameters (a bias, a residual)
+        params = sch.mod["main"].params
         if not loads or not all(
                 _is_identity(load.indices, iters) if load.source.same_as(accumulator)
-                else any(load.source.same_as(p) for p in func.params) for load in loads):
+                else any(load.source.same_as(p) for p in params) for load in loads):
             return None
-    if str(out.dtype) not in ("float16", "bfloat16", "float32") or k % 8:
+    if str(out.dtype) not in ("float16", "bfloat16", "float32"):
         return None
-    return GemmMatch(func, a, b, out, m, n, k, b_kn, iters, value, accumulator)
+    return iters, value
+
+
+def _conv(sch, block_rv, params, in_dtype: str):
+    """``(X, W, C, spatial iterators, ConvGeometry)`` of the NHWC conv block (see
+    :func:`match_conv`), else None."""
+    block = sch.get(block_rv)
+    store = block.body
+    spatial = [iv for iv in block.iter_vars if iv.iter_type == tvm.tirx.IterVar.DataPar]
+    reduce = [iv for iv in block.iter_vars if iv.iter_type != tvm.tirx.IterVar.DataPar]
+    if (not isinstance(store, tvm.tirx.BufferStore) or len(spatial) != 4 or len(reduce) != 3
+            or str(store.buffer.dtype) != "float32"
+            or not _is_identity(store.indices, [iv.var for iv in spatial])
+            or not isinstance(store.value, tvm.ir.prim.expr.Add)
+            or not isinstance(store.value.b, tvm.ir.prim.expr.Mul)):
+        return None
+    loads = []
+    for operand in (store.value.b.a, store.value.b.b):
+        if not isinstance(operand, tvm.ir.prim.expr.Cast) or not isinstance(
+                operand.value, tvm.ir.TensorLoad) or str(operand.value.source.dtype) != in_dtype:
+            return None
+        loads.append(operand.value)
+    (b, h, w, o), (ry, rx, rc) = ([iv.var for iv in ivs] for ivs in (spatial, reduce))
+    source, weight = (load.source for load in loads)
+    if not any(weight.same_as(p) for p in params) or not _is_identity(
+            loads[1].indices, [o, ry, rx, rc]):
+        return None
+    x, padding = _unpadded(sch, source, params)
+    if x is None or str(x.dtype) != in_dtype:
+        return None
+    # X'[b, h * sh + ry * dh, w * sw + rx * dw, c]: the coefficients read off the indices
+    analyzer = tvm.sym.Analyzer()
+    coefficients = []
+    for index, out_var, window_var in ((loads[0].indices[1], h, ry), (loads[0].indices[2], w, rx)):
+        stride, dilation = (_coefficient(index, var, (b, h, w, o, ry, rx, rc))
+                            for var in (out_var, window_var))
+        if not 1 <= stride <= 4 or dilation < 1 or not analyzer.can_prove_equal(
+                index, out_var * stride + window_var * dilation):
+            return None
+        coefficients.append((stride, dilation))
+    if not (_is_identity([loads[0].indices[0], loads[0].indices[3]], [b, rc])):
+        return None
+    batch, height, width, channels = (int(d) for d in x.shape)
+    if channels % 8 or [int(d) for d in weight.shape[1:]] != [
+            int(iv.dom.extent) for iv in reduce] or int(weight.shape[-1]) != channels:
+        return None
+    geometry = ConvGeometry(
+        batch, height, width, channels, int(spatial[1].dom.extent), int(spatial[2].dom.extent),
+        window=(int(reduce[0].dom.extent), int(reduce[1].dom.extent)),
+        stride=(coefficients[0][0], coefficients[1][0]),
+        dilation=(coefficients[0][1], coefficients[1][1]), padding=padding)
+    return x, weight, store.buffer, spatial, geometry
+
+
+def _unpadded(sch, source: tvm.tirx.Buffer, params):
+    """``(X, (top, left))`` where ``source`` is the parameter X, or X zero-padded by the one
+    block writing ``source`` (topi's pad: ``if_then_else(inside, X[n, h - top, w - left, c],
+    0)``, ``inside`` the bounds of X, which TMA's zero fill reproduces); ``(None, None)``."""
+    if any(source.same_as(p) for p in params):
+        return source, (0, 0)
+    writers = [blk for blk in sch.get_child_blocks(sch.get_sblock("root"))
+               if any(w.source.same_as(source) for w in sch.get(blk).writes)]
+    if len(writers) != 1:
+        return None, None
+    stmt = sch.get(writers[0])
+    store, iters = stmt.body, [iv.var for iv in stmt.iter_vars]
+    if not isinstance(store, tvm.tirx.BufferStore) or not _is_identity(store.indices, iters):
+        return None, None
+    value = store.value
+    if isinstance(value, tvm.ir.Call) and value.op.same_as(tvm.ir.Op.get("prim.if_then_else")):
+        _, value, zero = value.args
+        if not isinstance(zero, tvm.tirx.FloatImm) or zero.value != 0:
+            return None, None
+    if not isinstance(value, tvm.ir.TensorLoad) or not any(
+            value.source.same_as(p) for p in params) or len(iters) != 4:
+        return None, None
+    offsets = [_coefficient(index, None, iters) for index in value.indices]
+    if offsets[0] or offsets[3] or not all(
+            tvm.sym.Analyzer().can_prove_equal(index, var - offset)
+            for index, var, offset in zip(value.indices, iters, (0, offsets[1], offsets[2], 0))):
+        return None, None
+    return value.source, (offsets[1], offsets[2])
+
+
+def _coefficient(index, var, variables) -> int:
+    """The coefficient of ``var`` in the affine ``index`` (None: minus its constant term),
+    found by evaluating it with ``variables`` at 0 and ``var`` at 1."""
+    point = {v: tvm.tirx.const(1 if var is not None and v.same_as(var) else 0, v.ty)
+             for v in variables}
+    at = tvm.sym.Analyzer().simplify(_rebuild(index, lambda load: None, point))
+    if not isinstance(at, tvm.tirx.IntImm):
+        return -1
+    return int(at.value) if var is not None else -int(at.value)
 
 
 def _matmul(block, params, in_dtype: str):

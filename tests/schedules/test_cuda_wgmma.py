@@ -15,7 +15,9 @@ from tvm import relax, te
 from tvm.script import tirx as T
 
 from tvmfuse.passes import UseWgmmaGemms
-from tvmfuse.schedules.cuda.wgmma import WgmmaTile, choose_wgmma_tile, gemm_kernel, match_gemm
+from tvmfuse.schedules.cuda.wgmma import (
+    ConvGeometry, WgmmaTile, choose_wgmma_tile, gemm_kernel, match_conv, match_gemm,
+)
 from conftest import nvcc_compiles, relax_main
 
 SM90A = tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": "llvm"})
@@ -56,6 +58,25 @@ def _conv(n, hw, cin, cout, *, window=1, stride=1):
     return te.create_prim_func([x, w, bias, out])
 
 
+def _legalized_conv(shape, cout, window, *, stride=1, padding=0, dilation=1,
+                    dtype="float16"):
+    """The fused kernel of an NHWC conv (OHWI weight, float32 sums) + bias + ReLU as tvmfuse's
+    CUDA builds legalize and fuse it: topi's padding block, then the conv, then the epilogue;
+    with the parameters (X, W, bias, out)."""
+    def body(bb, x, w, bias):
+        conv = relax.op.nn.conv2d(x, w, strides=stride, padding=padding, dilation=dilation,
+                                  data_layout="NHWC", kernel_layout="OHWI", out_dtype="float32")
+        return relax.op.nn.relu(relax.op.add(relax.op.astype(conv, dtype), bias))
+
+    mod = relax_main({"x": shape, "w": (cout, window, window, shape[-1]),
+                      "bias": (1, 1, 1, cout)}, body, dtype)
+    mod = tvm.transform.Sequential([
+        relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FuseOps(), relax.transform.FuseTIR()])(mod)
+    (func,) = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    return func
+
+
 def _source(func) -> str:
     lib = tvm.compile(tvm.IRModule({"main": func}), target=SM90A, tir_pipeline="tirx")
     return lib.mod.imports[0].inspect_source()
@@ -83,6 +104,54 @@ def test_match_reads_a_1x1_conv_as_a_gemm():
         (2, 14, 14, 64), (96, 1, 1, 64), (1, 1, 1, 96), (2, 14, 14, 96)]
     assert match_gemm(_conv(2, 14, 64, 96, stride=2)) is None  # rows not contiguous
     assert match_gemm(_conv(2, 14, 64, 96, window=3)) is None  # an implicit GEMM, not a GEMM
+
+
+@pytest.mark.parametrize("shape,cout,window,options,geometry", [
+    ((2, 14, 14, 64), 32, 3, {"padding": 1},
+     ConvGeometry(2, 14, 14, 64, 14, 14, (3, 3), padding=(1, 1))),
+    ((2, 14, 14, 64), 32, 3, {"stride": 2, "padding": 1},
+     ConvGeometry(2, 14, 14, 64, 7, 7, (3, 3), stride=(2, 2), padding=(1, 1))),
+    # top 1, left 0, bottom 1, right 2; strides (1, 2)
+    ((2, 15, 13, 64), 32, 3, {"stride": (1, 2), "padding": (1, 0, 1, 2)},
+     ConvGeometry(2, 15, 13, 64, 15, 7, (3, 3), stride=(1, 2), padding=(1, 0))),
+    ((2, 14, 14, 64), 32, 1, {"stride": 2},
+     ConvGeometry(2, 14, 14, 64, 7, 7, (1, 1), stride=(2, 2))),
+    ((2, 14, 14, 64), 32, 3, {"dilation": 2, "padding": 2},
+     ConvGeometry(2, 14, 14, 64, 14, 14, (3, 3), dilation=(2, 2), padding=(2, 2))),
+])
+def test_match_conv_reads_window_strides_and_padding(shape, cout, window, options, geometry):
+    found = match_conv(_legalized_conv(shape, cout, window, **options))
+    assert found.conv == geometry
+    assert (found.m, found.n, found.k) == (
+        shape[0] * geometry.out_height * geometry.out_width, cout, window * window * shape[-1])
+    assert not found.b_kn and [int(d) for d in found.b.shape] == [cout, window, window, shape[-1]]
+    # a 1x1 stride-1 conv stays a plain GEMM
+    assert match_gemm(_legalized_conv(shape, cout, 1)) is not None
+
+
+def test_conv_segments_waste_least_of_each_output_row():
+    def segment(width):
+        return ConvGeometry(1, width, width, 64, width, width, (3, 3)).segment
+
+    assert [segment(w) for w in (56, 28, 14, 7, 112)] == [8, 32, 16, 8, 16]
+    geometry = ConvGeometry(32, 14, 14, 256, 14, 14, (3, 3), padding=(1, 1))
+    # 14-pixel rows in 16-row segments, 9 taps x 4 steps of 64 channels
+    assert (geometry.rows, geometry.k_steps) == (32 * 14 * 16, 36)
+
+
+def test_match_conv_declines_what_tma_cannot_load():
+    # channels not a multiple of 8: the input's rows are not 16-byte strides
+    assert match_conv(_legalized_conv((2, 14, 14, 60), 32, 3, padding=1)) is None
+    assert match_conv(_fused(64, 64, 64)) is None  # a GEMM, not a conv
+
+
+def test_conv_source_has_4d_tma_and_nvcc_compiles_it(tmp_path):
+    found = match_conv(_legalized_conv((4, 28, 28, 128), 64, 3, padding=1))
+    source = _source(found.kernel())
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in source
+    assert "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes" in source
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in source
+    nvcc_compiles(source, tmp_path, arch="sm_90a")
 
 
 def test_bf16_gemm_is_a_bf16_wgmma():
@@ -168,6 +237,44 @@ def test_conv_numbers_against_numpy():
     got = out.numpy().astype("float32")
     assert np.isfinite(got).all(), "outputs left unwritten"
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
+@pytest.mark.parametrize("shape,cout,window,options,dtype", [
+    ((4, 28, 28, 128), 64, 3, {"padding": 1}, "float16"),  # 32-pixel segments, 4 past a row
+    ((2, 56, 56, 64), 64, 3, {"padding": 1}, "float16"),  # 8-pixel segments, none past
+    ((3, 14, 14, 256), 200, 3, {"stride": 2, "padding": 1}, "float16"),  # N no tile divides
+    # 40 channels (a box of 64 reads zeros past them), strides (1, 2), asymmetric padding
+    ((2, 15, 13, 40), 48, 3, {"stride": (1, 2), "padding": (1, 0, 1, 2)}, "float16"),
+    ((2, 9, 9, 72), 64, 3, {"dilation": 2, "padding": 2}, "float16"),  # a half-full channel step
+    ((2, 14, 14, 64), 96, 3, {"padding": 1}, "bfloat16"),
+])
+def test_conv_numbers_against_torch(shape, cout, window, options, dtype):
+    import torch  # noqa: PLC0415
+
+    found = match_conv(_legalized_conv(shape, cout, window, **options, dtype=dtype), dtype)
+    lib = tvm.compile(tvm.IRModule({"main": found.kernel()}), target=SM90A, tir_pipeline="tirx")
+    rng = np.random.default_rng(sum(shape) + cout)
+    store = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    x = rng.standard_normal(shape).astype(store)
+    w = rng.standard_normal((cout, window, window, shape[-1])).astype(store)
+    bias = rng.standard_normal((1, 1, 1, cout)).astype(store)
+    geometry = found.conv
+    dev = tvm.cuda(0)
+    out = tvm.runtime.tensor(np.full((shape[0], geometry.out_height, geometry.out_width, cout),
+                                     np.nan, store), dev)
+    lib["main"](*(tvm.runtime.tensor(v, dev) for v in (x, w, bias)), out)
+    padding = options.get("padding", 0)
+    top, left, bottom, right = (padding,) * 4 if isinstance(padding, int) else padding
+    padded = torch.nn.functional.pad(torch.tensor(x.astype("float32")).permute(0, 3, 1, 2),
+                                     (left, right, top, bottom))
+    conv = torch.nn.functional.conv2d(padded, torch.tensor(w.astype("float32")).permute(
+        0, 3, 1, 2), stride=options.get("stride", 1), dilation=options.get("dilation", 1))
+    want = np.maximum(conv.permute(0, 2, 3, 1).numpy() + bias.astype("float32"), 0)
+    got = out.numpy().astype("float32")
+    assert np.isfinite(got).all(), "outputs left unwritten"
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < (
+        2e-3 if dtype == "float16" else 8e-3)
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")

@@ -2,7 +2,8 @@
 (``schedules/cuda/wgmma.py``), their weights transposed to [N, K] at build time.
 
 A kernel is taken when :func:`schedules.cuda.wgmma.match_gemm` reads it as ``epilogue(A @ B)``
-with at least ``min_rows`` rows (below that mma.sync's smaller tiles fill the GPU better: the
+(or :func:`~schedules.cuda.wgmma.match_conv` as a conv with a window or strides, which the
+kernel computes as an implicit GEMM over its NHWC input and OHWI weight) with at least ``min_rows`` rows (below that mma.sync's smaller tiles fill the GPU better: the
 wgmma kernel's blocks are 128 rows), K of at least ``min_k`` (measured on the H200: ResNet-50's
 1x1 convs with K = 64 run at 56-89 TFLOP/s on wgmma against 67-106 on mma.sync, with K = 512 at
 223-287 against 148-180; one or two pipeline steps leave the wgmma kernel nothing to overlap;
@@ -43,7 +44,7 @@ class UseWgmmaGemms:
         matches = {}
         for gvar, func in mod.functions.items():
             if isinstance(func, tvm.tirx.PrimFunc) and not func.attrs.get(IS_SCHEDULED, False):
-                found = wgmma.match_gemm(func) or wgmma.match_gemm(func, "bfloat16")
+                found = _match(func)
                 if found is not None and found.m >= self.min_rows and found.k >= self.min_k:
                     matches[gvar] = found
         constant = constant_arguments(mod)
@@ -66,6 +67,15 @@ class UseWgmmaGemms:
                              found.b_index if found.b_kn else None)
             log.debug("%s: wgmma GEMM %dx%dx%d", gvar.name_hint, found.m, found.n, found.k)
         return _redirect_calls(builder.get(), renamed)
+
+
+def _match(func: tvm.tirx.PrimFunc) -> wgmma.GemmMatch | None:
+    for match in (wgmma.match_gemm, wgmma.match_conv):
+        for dtype in ("float16", "bfloat16"):
+            found = match(func, dtype)
+            if found is not None:
+                return found
+    return None
 
 
 def _redirect_calls(mod: tvm.IRModule, renamed: dict) -> tvm.IRModule:
