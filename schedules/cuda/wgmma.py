@@ -45,9 +45,9 @@ GROUP_M = 8
 SWIZZLE_128B = 3
 #: The descriptor's stride between 8-row groups, in 16-byte units: 8 rows of 128 bytes.
 SWIZZLE_ATOM_STRIDE = 8 * 128 // 16
-#: Registers a thread after setmaxnreg: 2 x 128 x 232 + 128 x 40 <= 65536.
-CONSUMER_REGISTERS = 232
-PRODUCER_REGISTERS = 40
+#: The register file of an SM, and the most registers a thread may have.
+REGISTER_FILE = 65536
+MAX_REGISTERS = 232
 #: Floats of padding a staged accumulator row: rows 8 banks apart, not 32 (all in one bank).
 STAGED_PAD = 8
 #: Shared memory a block may use on sm_90 (227 KiB), less the barriers.
@@ -62,6 +62,9 @@ class WgmmaTile:
     block_n: int = 256
     stages: int = 4
     consumers: int = 2
+    #: Blocks an SM runs at once: two overlap one block's epilogue and pipeline start with the
+    #: other's main loop, in half the registers and shared memory each.
+    blocks_per_sm: int = 1
 
     @property
     def block_m(self) -> int:
@@ -72,10 +75,19 @@ class WgmmaTile:
         pipeline = self.stages * (self.block_m + self.block_n) * BLOCK_K * 2
         return max(pipeline, self.block_m * (self.block_n + STAGED_PAD) * 4)
 
+    def registers(self) -> tuple[int, int]:
+        """Registers a (consumer, producer) thread holds after ``setmaxnreg``: the block's
+        share of the register file, the producer's 128 threads kept to few (one issues copies)."""
+        producer = 40
+        share = REGISTER_FILE // self.blocks_per_sm - WG_THREADS * producer
+        return min(MAX_REGISTERS, share // (WG_THREADS * self.consumers) // 8 * 8), producer
+
     def validate(self) -> None:
         if self.block_n % 16 or not 16 <= self.block_n <= 256:
             raise ValueError(f"block_n {self.block_n}: wgmma takes N a multiple of 16 up to 256")
-        if self.shared_bytes() > SHARED_BYTES:
+        if self.blocks_per_sm not in (1, 2):
+            raise ValueError(f"{self.blocks_per_sm} blocks an SM: one or two")
+        if self.shared_bytes() * self.blocks_per_sm > SHARED_BYTES:
             raise ValueError(f"{self} needs {self.shared_bytes()} bytes of shared memory")
 
 
@@ -172,6 +184,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     # 16-byte stores where C's rows keep them aligned
     vec = 8 if n % 8 == 0 else 1
     seg = conv.segment if conv else 0
+    consumer_registers, producer_registers = tile.registers()
     taps = conv.window[0] * conv.window[1] if conv else 0
     a_stage, b_stage = bm * BLOCK_K, bn * BLOCK_K
     stage_bytes = (a_stage + b_stage) * 2
@@ -208,7 +221,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                           BLOCK_K, 1, bn, 1, 1, 1, 0, SWIZZLE_128B, 0, 0)
 
         T.device_entry()
-        T.attr({"tirx.launch_bounds_min_blocks_per_sm": 1})
+        T.attr({"tirx.launch_bounds_min_blocks_per_sm": tile.blocks_per_sm})
         bid = T.cta_id([tiles_m * tiles_n])
         wg = T.warpgroup_id([consumers + 1])
         tid = T.thread_id_in_wg([WG_THREADS])
@@ -240,7 +253,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
         T.cuda.cta_sync()
 
         if wg == 0:
-            T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGISTERS)
+            T.ptx["setmaxnreg.dec.sync.aligned.u32"](producer_registers)
             if tid == 0:
                 for kt in T.serial(k_steps):
                     s = T.meta_var(kt % stages)
@@ -262,7 +275,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                         c0 = T.meta_var(kt % conv.channel_steps * BLOCK_K)
                         ty = T.meta_var(tap // conv.window[1])
                         tx = T.meta_var(tap % conv.window[1])
-                        for g in T.unroll(bm // seg):
+                        for g in T.serial(bm // seg):
                             segment = T.meta_var(tile_m * (bm // seg) + g)
                             noh = T.meta_var(segment // conv.segments_per_row)
                             ow = T.meta_var(segment % conv.segments_per_row * seg)
@@ -276,7 +289,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                             b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), c0, tap,
                             tile_n * bn, T.address_of(full[s]))
         else:
-            T.ptx["setmaxnreg.inc.sync.aligned.u32"](CONSUMER_REGISTERS)
+            T.ptx["setmaxnreg.inc.sync.aligned.u32"](consumer_registers)
             acc = T.alloc_local((acc_len,), "float32")
             desc_a: T.uint64
             desc_b: T.uint64
