@@ -195,6 +195,19 @@ def test_tile_choice_fills_the_sms():
         WgmmaTile(block_n=256, stages=6).validate()
 
 
+def test_tile_registers_and_blocks_per_sm():
+    # one block: two consumers at the most a thread may have, the producer at 40
+    assert WgmmaTile().registers() == (232, 40)
+    assert 128 * (2 * 232 + 40) <= 65536
+    # two blocks of one consumer each: half the file apiece
+    assert WgmmaTile(64, 4, consumers=1, blocks_per_sm=2).registers() == (216, 40)
+    WgmmaTile(64, 4, consumers=1, blocks_per_sm=2).validate()
+    with pytest.raises(ValueError, match="shared memory"):  # two blocks of 128 KB
+        WgmmaTile(128, 4, blocks_per_sm=2).validate()
+    with pytest.raises(ValueError, match="one or two"):
+        WgmmaTile(64, blocks_per_sm=3).validate()
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_pass_replaces_kernel_and_transposes_constant_weight(dtype):
     rng = np.random.default_rng(0)
