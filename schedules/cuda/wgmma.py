@@ -96,16 +96,26 @@ class WgmmaTile:
 Epilogue = Callable[["tvm.ir.PrimExpr", "tvm.ir.PrimExpr", "tvm.ir.PrimExpr"], "tvm.ir.PrimExpr"]
 
 
-def choose_wgmma_tile(m: int, n: int, sms: int = 132) -> WgmmaTile:
+#: Pipeline steps below which a block's start (the first copies' latency) and its epilogue
+#: weigh enough that two blocks of one consumer an SM, overlapping them, are taken (the 3x3
+#: convs on 56x56 x 64 channels: 9 steps).
+SHORT_STEPS = 16
+
+
+def choose_wgmma_tile(m: int, n: int, sms: int = 132, k_steps: int | None = None) -> WgmmaTile:
     """The tile with the most useful work per SM-wave: blocks that fill the last wave, columns
     that are not past N (a 1x1 conv to 64 channels on 256-column tiles would waste 3/4);
-    wider N first where two are within 5%."""
+    wider N first where two are within 5%. Fewer than :data:`SHORT_STEPS` of K: two blocks
+    an SM of one consumer each, up to 128 columns."""
+    short = k_steps is not None and k_steps < SHORT_STEPS
     best = None
-    for block_n in (256, 192, 128, 64):
-        tile = WgmmaTile(block_n=block_n)
+    for block_n in (128, 64) if short else (256, 192, 128, 64):
+        tile = WgmmaTile(block_n=block_n, consumers=1, blocks_per_sm=2) if short else WgmmaTile(
+            block_n=block_n)
         tiles_n = math.ceil(n / block_n)
         blocks = math.ceil(m / tile.block_m) * tiles_n
-        score = blocks / (math.ceil(blocks / sms) * sms) * n / (tiles_n * block_n)
+        waves = sms * tile.blocks_per_sm
+        score = blocks / (math.ceil(blocks / waves) * waves) * n / (tiles_n * block_n)
         if best is None or score > best[0] * 1.05:
             best = (score, tile)
     return best[1]
@@ -171,7 +181,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     product: a linear layer's [batch, seq, features], an NHWC conv's [N, H, W, C]), ``b_shape``
     B with unit axes (a 1x1 conv's OHWI weight, [N, 1, 1, K]). With ``conv`` the kernel is that
     conv's implicit GEMM: A is its NHWC input, B its OHWI weight, rows its output pixels."""
-    tile = tile or choose_wgmma_tile(conv.rows if conv else m, n)
+    tile = tile or choose_wgmma_tile(conv.rows if conv else m, n,
+                                     k_steps=conv.k_steps if conv else None)
     tile.validate()
     if k % 8 or conv and conv.channels % 8:
         raise ValueError(f"K = {k}: TMA needs K (a conv's channels) a multiple of 8 "
@@ -185,6 +196,9 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     vec = 8 if n % 8 == 0 else 1
     seg = conv.segment if conv else 0
     consumer_registers, producer_registers = tile.registers()
+    # producer threads issuing copies: a conv's segments one a thread (their copies may land
+    # before thread 0's expect_tx: the barrier's count of bytes goes below zero until then)
+    copiers = bm // seg if conv else 1
     taps = conv.window[0] * conv.window[1] if conv else 0
     a_stage, b_stage = bm * BLOCK_K, bn * BLOCK_K
     stage_bytes = (a_stage + b_stage) * 2
@@ -254,13 +268,14 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
 
         if wg == 0:
             T.ptx["setmaxnreg.dec.sync.aligned.u32"](producer_registers)
-            if tid == 0:
+            if tid < copiers:
                 for kt in T.serial(k_steps):
                     s = T.meta_var(kt % stages)
                     if kt >= stages:
                         T.cuda.mbarrier_wait(T.address_of(empty[s]), (kt // stages + 1) % 2)
-                    T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
-                                                               T.uint32(stage_bytes))
+                    if tid == 0:
+                        T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
+                                                                   T.uint32(stage_bytes))
                     if conv is None:
                         T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
                             a_smem.ptr_to([s, 0, 0]), T.address_of(a_map), kt * BLOCK_K,
@@ -269,25 +284,27 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                             b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), kt * BLOCK_K,
                             tile_n * bn, T.address_of(full[s]))
                     else:
-                        # step kt: 64 channels from c0 of tap (ty, tx); segment g of the tile
-                        # is output row `noh` (image * OH + oh), pixels from `ow`
+                        # step kt: 64 channels from c0 of tap (ty, tx); thread `tid` copies
+                        # segment tid of the tile, output row `noh` (image * OH + oh) from
+                        # pixel `ow` (a thread a copy: one thread computing 16 segments'
+                        # coordinates a step held the 3x3 conv on 56x56 to 100 TFLOP/s)
                         tap = T.meta_var(kt // conv.channel_steps)
                         c0 = T.meta_var(kt % conv.channel_steps * BLOCK_K)
                         ty = T.meta_var(tap // conv.window[1])
                         tx = T.meta_var(tap % conv.window[1])
-                        for g in T.serial(bm // seg):
-                            segment = T.meta_var(tile_m * (bm // seg) + g)
-                            noh = T.meta_var(segment // conv.segments_per_row)
-                            ow = T.meta_var(segment % conv.segments_per_row * seg)
-                            T.ptx["cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
-                                a_smem.ptr_to([s, g * seg, 0]), T.address_of(a_map), c0,
-                                ow * conv.stride[1] + tx * conv.dilation[1] - conv.padding[1],
-                                noh % conv.out_height * conv.stride[0]
-                                + ty * conv.dilation[0] - conv.padding[0],
-                                noh // conv.out_height, T.address_of(full[s]))
-                        T.ptx["cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
-                            b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), c0, tap,
-                            tile_n * bn, T.address_of(full[s]))
+                        segment = T.meta_var(tile_m * (bm // seg) + tid)
+                        noh = T.meta_var(segment // conv.segments_per_row)
+                        ow = T.meta_var(segment % conv.segments_per_row * seg)
+                        T.ptx["cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                            a_smem.ptr_to([s, tid * seg, 0]), T.address_of(a_map), c0,
+                            ow * conv.stride[1] + tx * conv.dilation[1] - conv.padding[1],
+                            noh % conv.out_height * conv.stride[0]
+                            + ty * conv.dilation[0] - conv.padding[0],
+                            noh // conv.out_height, T.address_of(full[s]))
+                        if tid == 0:
+                            T.ptx["cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                                b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), c0, tap,
+                                tile_n * bn, T.address_of(full[s]))
         else:
             T.ptx["setmaxnreg.inc.sync.aligned.u32"](consumer_registers)
             acc = T.alloc_local((acc_len,), "float32")
