@@ -52,9 +52,9 @@ REGISTRY = (
     RuleInfo("winograd_conv2d", STRATEGY, "CPU 3x3 stride-1 convs as Winograd F(2x2, 3x3)"),
     RuleInfo("cuda_graph", STRATEGY, "CUDA: the runs of kernels between statically planned "
                                      "allocations captured once as CUDA graphs and replayed"),
-    RuleInfo("wgmma_gemm", STRATEGY, "CUDA: fp16/bf16 GEMMs of 1024 rows or more, K >= 512, "
-             "over constant weights as Hopper wgmma kernels (TMA, warp-specialized), "
-             "weights [N, K]"),
+    RuleInfo("wgmma_gemm", STRATEGY, "CUDA: fp16/bf16 GEMMs and NHWC convs (implicit GEMM, "
+             "channels % 8) of 1024 rows or more, K >= 512, over constant weights as Hopper "
+             "wgmma kernels (TMA, warp-specialized), weights [N, K]"),
     RuleInfo("prepack_weights", STRATEGY, "CPU conv/GEMM weights packed in panels of the "
                                           "register tile, at build time"),
     RuleInfo("conv_epilogue", FUSION, "conv + bias [+ residual] [+ activation]"),
