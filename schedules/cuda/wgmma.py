@@ -96,28 +96,26 @@ class WgmmaTile:
 Epilogue = Callable[["tvm.ir.PrimExpr", "tvm.ir.PrimExpr", "tvm.ir.PrimExpr"], "tvm.ir.PrimExpr"]
 
 
-#: Pipeline steps below which a block's start (the first copies' latency) and its epilogue
-#: weigh enough that two blocks of one consumer an SM, overlapping them, are taken (the 3x3
-#: convs on 56x56 x 64 channels: 9 steps).
-SHORT_STEPS = 16
-
-
-def choose_wgmma_tile(m: int, n: int, sms: int = 132, k_steps: int | None = None) -> WgmmaTile:
+def choose_wgmma_tile(m: int, n: int, sms: int = 132, conv: bool = False) -> WgmmaTile:
     """The tile with the most useful work per SM-wave: blocks that fill the last wave, columns
     that are not past N (a 1x1 conv to 64 channels on 256-column tiles would waste 3/4);
-    wider N first where two are within 5%. Fewer than :data:`SHORT_STEPS` of K: two blocks
-    an SM of one consumer each, up to 128 columns."""
-    short = k_steps is not None and k_steps < SHORT_STEPS
+    wider N first where two are within 5%.
+
+    A conv whose best tile is 64 columns wide runs two blocks an SM of one consumer each
+    instead, twice the copies in flight (H200, ``benchmarks/cuda_conv.py``, session 20): the
+    3x3 conv 512 -> 512 on 7x7 at batch 32 (72 steps of K, 112 blocks) 135 -> 190 TFLOP/s, on
+    56x56 x 64 (9 steps) level at 238; where the best tile is wider, the two-block one (64
+    columns) was the slower: 14x14 x 256 396 -> 249, 28x28 x 128 376 -> 241."""
     best = None
-    for block_n in (128, 64) if short else (256, 192, 128, 64):
-        tile = WgmmaTile(block_n=block_n, consumers=1, blocks_per_sm=2) if short else WgmmaTile(
-            block_n=block_n)
+    for block_n in (256, 192, 128, 64):
+        tile = WgmmaTile(block_n=block_n)
         tiles_n = math.ceil(n / block_n)
         blocks = math.ceil(m / tile.block_m) * tiles_n
-        waves = sms * tile.blocks_per_sm
-        score = blocks / (math.ceil(blocks / waves) * waves) * n / (tiles_n * block_n)
+        score = blocks / (math.ceil(blocks / sms) * sms) * n / (tiles_n * block_n)
         if best is None or score > best[0] * 1.05:
             best = (score, tile)
+    if conv and best[1].block_n == 64:
+        return WgmmaTile(block_n=64, consumers=1, blocks_per_sm=2)
     return best[1]
 
 
@@ -181,8 +179,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     product: a linear layer's [batch, seq, features], an NHWC conv's [N, H, W, C]), ``b_shape``
     B with unit axes (a 1x1 conv's OHWI weight, [N, 1, 1, K]). With ``conv`` the kernel is that
     conv's implicit GEMM: A is its NHWC input, B its OHWI weight, rows its output pixels."""
-    tile = tile or choose_wgmma_tile(conv.rows if conv else m, n,
-                                     k_steps=conv.k_steps if conv else None)
+    tile = tile or choose_wgmma_tile(conv.rows if conv else m, n, conv=conv is not None)
     tile.validate()
     if k % 8 or conv and conv.channels % 8:
         raise ValueError(f"K = {k}: TMA needs K (a conv's channels) a multiple of 8 "

@@ -189,6 +189,10 @@ def test_tile_choice_fills_the_sms():
     assert choose_wgmma_tile(4096, 4096).block_n == 256
     # a 1x1 conv to 64 channels: 64-column tiles, not 256 of which 192 would be past N
     assert choose_wgmma_tile(32 * 56 * 56, 64).block_n == 64
+    # a conv whose best tile is 64 wide: two blocks an SM of one consumer; wider ones keep two
+    assert choose_wgmma_tile(32 * 7 * 8, 512, conv=True) == WgmmaTile(64, consumers=1,
+                                                                       blocks_per_sm=2)
+    assert choose_wgmma_tile(32 * 14 * 16, 256, conv=True) == WgmmaTile(128)
     with pytest.raises(ValueError, match="multiple of 16"):
         WgmmaTile(block_n=200).validate()
     with pytest.raises(ValueError, match="shared memory"):
