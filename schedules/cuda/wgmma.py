@@ -641,19 +641,29 @@ def _unpadded(sch, source: tvm.tirx.Buffer, params):
     store, iters = stmt.body, [iv.var for iv in stmt.iter_vars]
     if not isinstance(store, tvm.tirx.BufferStore) or not _is_identity(store.indices, iters):
         return None, None
-    value = store.value
+    value, inside = store.value, None
     if isinstance(value, tvm.ir.Call) and value.op.same_as(tvm.ir.Op.get("prim.if_then_else")):
-        _, value, zero = value.args
+        inside, value, zero = value.args
         if not isinstance(zero, tvm.tirx.FloatImm) or zero.value != 0:
             return None, None
     if not isinstance(value, tvm.ir.TensorLoad) or not any(
             value.source.same_as(p) for p in params) or len(iters) != 4:
         return None, None
     offsets = [_coefficient(index, None, iters) for index in value.indices]
+    analyzer = tvm.sym.Analyzer()
     if offsets[0] or offsets[3] or not all(
-            tvm.sym.Analyzer().can_prove_equal(index, var - offset)
+            analyzer.can_prove_equal(index, var - offset)
             for index, var, offset in zip(value.indices, iters, (0, offsets[1], offsets[2], 0))):
         return None, None
+    if inside is not None:
+        # the zeros must be exactly where X is not: TMA fills zeros there and reads X elsewhere
+        for iv in stmt.iter_vars:
+            analyzer.bind(iv.var, tvm.ir.Range.from_min_extent(iv.dom.min, iv.dom.extent))
+        (_, height, width, _), (_, h, w, _) = value.source.shape, iters
+        within = tvm.tirx.all(offsets[1] <= h, h < offsets[1] + height,
+                              offsets[2] <= w, w < offsets[2] + width)
+        if not analyzer.can_prove(tvm.tirx.EQ(inside, within)):
+            return None, None
     return value.source, (offsets[1], offsets[2])
 
 

@@ -143,6 +143,26 @@ def test_match_conv_declines_what_tma_cannot_load():
     # channels not a multiple of 8: the input's rows are not 16-byte strides
     assert match_conv(_legalized_conv((2, 14, 14, 60), 32, 3, padding=1)) is None
     assert match_conv(_fused(64, 64, 64)) is None  # a GEMM, not a conv
+    # zeros where the input is not, and only there: TMA's fill reproduces that padding alone
+    for bound, fill in ((15, 0.0), (14, 0.0), (15, 1.0)):
+        found = match_conv(_padded_by_hand(bound, fill))
+        assert (found is not None) == (bound == 15 and fill == 0.0), (bound, fill)
+
+
+def _padded_by_hand(bound: int, fill: float):
+    """A 3x3 conv on 14x14 read through a padding block that keeps rows and columns of the
+    input below ``bound`` (15: all of them) and is ``fill`` elsewhere."""
+    x = te.placeholder((2, 14, 14, 64), "float16", name="X")
+    w = te.placeholder((32, 3, 3, 64), "float16", name="W")
+    padded = te.compute((2, 16, 16, 64), lambda b, h, v, c: tvm.tirx.if_then_else(
+        tvm.tirx.all(h >= 1, h < bound, v >= 1, v < bound), x[b, h - 1, v - 1, c],
+        tvm.tirx.const(fill, "float16")), name="pad_temp")
+    ry, rx, rc = (te.reduce_axis((0, e), name) for e, name in ((3, "ry"), (3, "rx"), (64, "rc")))
+    conv = te.compute((2, 14, 14, 32), lambda b, h, v, o: te.sum(
+        padded[b, h + ry, v + rx, rc].astype("float32") * w[o, ry, rx, rc].astype("float32"),
+        axis=[ry, rx, rc]), name="conv2d_nhwc")
+    out = te.compute(conv.shape, lambda *i: conv[i].astype("float16"), name="out")
+    return te.create_prim_func([x, w, out])
 
 
 def test_conv_source_has_4d_tma_and_nvcc_compiles_it(tmp_path):
