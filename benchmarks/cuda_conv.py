@@ -9,9 +9,11 @@ float32 PyTorch.
         [--json benchmarks/cuda-conv.json]
 
 An engine is ``mma`` (the tile :func:`choose_tile` picks), ``wgmma`` (the tile
-:func:`choose_wgmma_tile` picks) or ``wg<block_n>x<stages>`` (a given wgmma tile). Padding is
-``window // 2``. cuDNN is timed on the conv with its bias (its ReLU would be a second kernel). The JSON is rewritten after every shape. Times are CUDA-event medians (TVM's
-``time_evaluator``; ``triton.testing.do_bench`` for cuDNN); TFLOP/s count 2 x outputs x K.
+:func:`choose_wgmma_tile` picks) or ``wg<block_n>x<stages>[x<consumers>x<blocks an SM>]`` (a
+given :class:`WgmmaTile`). Padding is ``window // 2``. cuDNN is timed on the conv with its bias
+(its ReLU would be a second kernel). The JSON is rewritten after every shape. Times are
+CUDA-event medians (TVM's ``time_evaluator``; ``triton.testing.do_bench`` for cuDNN); TFLOP/s
+count 2 x outputs x K.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from tvm import te, topi
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_gemm import TARGET, build, fmt  # noqa: E402
+from cuda_gemm import TARGET, build, fmt, run_and_time  # noqa: E402
 from tvmfuse.schedules.cuda.wgmma import WgmmaTile, match_conv, match_gemm  # noqa: E402
 
 #: (label, N, H, W, C, O, window, stride): ResNet-50's convs at batch 32 (torchvision's v1.5:
@@ -78,19 +80,6 @@ def build_wgmma(func, spec: str):
     target = tvm.target.Target({**TARGET, "arch": "sm_90a"})
     return tvm.compile(tvm.IRModule({"main": found.kernel(tile)}), target=target,
                        tir_pipeline="tirx")
-
-
-def run_and_time(lib, dev, tensors, want, flops: float) -> dict:
-    """Run once (output poisoned with NaN first: every element must be written), check, time."""
-    out = tensors[-1]
-    out.copyfrom(np.full(out.shape, np.nan, "float16"))
-    lib["main"](*tensors)
-    got = out.numpy().astype("float32")
-    timer = lib.mod.time_evaluator("main", dev, number=20, repeat=10)
-    ms = float(np.median(timer(*tensors).results)) * 1e3
-    err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
-    return {"ms": ms, "tflops": flops / ms / 1e9,
-            "rel_err": err if np.isfinite(err) else "nan (unwritten or overflowed outputs)"}
 
 
 def main() -> int:

@@ -104,18 +104,17 @@ def parse_tile(spec: str) -> MmaTile | None:
     return None if spec == "auto" else MmaTile(*map(int, spec.split("x")))
 
 
-def run_and_time(lib, dev, args, want) -> dict:
-    """Run once (output poisoned with NaN first: every element must be written), check, time."""
-    a, b, bias, out = args
-    k = a.shape[1]
+def run_and_time(lib, dev, args, want, flops: float) -> dict:
+    """Run once (the output, the last of ``args``, poisoned with NaN first: every element must
+    be written), check against ``want``, time; TFLOP/s of ``flops`` a run."""
+    out = args[-1]
     out.copyfrom(np.full(out.shape, np.nan, "float16"))
-    lib["main"](a, b, bias, out)
+    lib["main"](*args)
     got = out.numpy().astype("float32")
     timer = lib.mod.time_evaluator("main", dev, number=20, repeat=10)
     ms = float(np.median(timer(*args).results)) * 1e3
-    m, n = want.shape
     err = float(np.linalg.norm(got - want) / np.linalg.norm(want))
-    return {"ms": ms, "tflops": 2 * m * n * k / ms / 1e9,
+    return {"ms": ms, "tflops": flops / ms / 1e9,
             "rel_err": err if np.isfinite(err) else "nan (unwritten or overflowed outputs)"}
 
 
@@ -167,11 +166,13 @@ def main() -> int:
                 if spec.startswith("wg"):
                     lib = build_wgmma(m, n, k, None if spec == "wgmma" else WgmmaTile(
                         *map(int, spec[2:].split("x"))))
-                    result = run_and_time(lib, dev, [tensors[0], b_nk, *tensors[2:]], want)
+                    result = run_and_time(lib, dev, [tensors[0], b_nk, *tensors[2:]], want,
+                                          2 * m * n * k)
                 else:
                     tile = parse_tile(spec) if ours else None
                     lib = build(gemm_bias(m, n, k, args.weight_nk), target, ours, tile)
-                    result = None if lib is None else run_and_time(lib, dev, tensors, want)
+                    result = None if lib is None else run_and_time(lib, dev, tensors, want,
+                                                                   2 * m * n * k)
             except Exception as err:  # noqa: BLE001 - one tile failing must not end the sweep
                 result = {"error": str(err).strip().splitlines()[-1][:200]}
             if ours:

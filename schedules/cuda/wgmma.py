@@ -179,13 +179,14 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     product: a linear layer's [batch, seq, features], an NHWC conv's [N, H, W, C]), ``b_shape``
     B with unit axes (a 1x1 conv's OHWI weight, [N, 1, 1, K]). With ``conv`` the kernel is that
     conv's implicit GEMM: A is its NHWC input, B its OHWI weight, rows its output pixels."""
-    tile = tile or choose_wgmma_tile(conv.rows if conv else m, n, conv=conv is not None)
+    rows = conv.rows if conv else m  # a conv's output rows padded to whole segments
+    tile = tile or choose_wgmma_tile(rows, n, conv=conv is not None)
     tile.validate()
     if k % 8 or conv and conv.channels % 8:
         raise ValueError(f"K = {k}: TMA needs K (a conv's channels) a multiple of 8 "
                          "(16-byte rows)")
     bm, bn, stages, consumers = tile.block_m, tile.block_n, tile.stages, tile.consumers
-    tiles_m, tiles_n = math.ceil((conv.rows if conv else m) / bm), math.ceil(n / bn)
+    tiles_m, tiles_n = math.ceil(rows / bm), math.ceil(n / bn)
     k_steps = conv.k_steps if conv else math.ceil(k / BLOCK_K)
     group = GROUP_M * tiles_n
     acc_len = bn // 2
@@ -481,8 +482,6 @@ def match_conv(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch 
     of ``in_dtype`` parameters summed in float32, X' the input X or X zero-padded (a block
     ``X'[n, h, w, c] = if_then_else(inside, X[n, h - top, w - left, c], 0)``), channels a
     multiple of 8, strides up to 4, then an elementwise epilogue as :func:`match_gemm`'s."""
-    from tvm import s_tir  # noqa: PLC0415
-
     fused = _fused_blocks(func, keep_producers=True)
     if fused is None:
         return None
@@ -491,13 +490,8 @@ def match_conv(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch 
     if found is None:
         return None
     x, weight, accumulator, spatial, geometry = found
-    for block in sch.get_child_blocks(sch.get_sblock("root")):
-        if not sch.get(block).same_as(sch.get(matmul)) and not any(
-                w.source.same_as(func.params[-1]) for w in sch.get(block).writes):
-            try:
-                sch.compute_inline(block)
-            except s_tir.ScheduleError:
-                return None
+    if not _inline_blocks(sch, matmul, func.params[-1]):  # the padding, read off above
+        return None
     epilogue = _epilogue(sch, matmul, func.params[-1], accumulator, spatial)
     if epilogue is None:
         return None
@@ -522,19 +516,26 @@ def _fused_blocks(func: tvm.tirx.PrimFunc, keep_producers: bool = False):
                     for b in blocks]
     if sum(is_reduction) != 1 or not func.params:
         return None
-    out = func.params[-1]
     matmul = blocks[is_reduction.index(True)]
-    read = {r.source for r in sch.get(matmul).reads}
-    for block, reduces in zip(blocks, is_reduction):
+    keep = {r.source for r in sch.get(matmul).reads} if keep_producers else set()
+    return (sch, matmul) if _inline_blocks(sch, matmul, func.params[-1], keep) else None
+
+
+def _inline_blocks(sch, matmul, out: tvm.tirx.Buffer, keep: set = frozenset()) -> bool:
+    """Inline each block of ``sch`` but the reduction ``matmul``, the writer of ``out`` and
+    those writing a buffer in ``keep``; False where one does not inline."""
+    from tvm import s_tir  # noqa: PLC0415
+
+    for block in list(sch.get_child_blocks(sch.get_sblock("root"))):
         writes = sch.get(block).writes
-        if reduces or any(w.source.same_as(out) for w in writes) or keep_producers and any(
-                w.source in read for w in writes):
+        if sch.get(block).same_as(sch.get(matmul)) or any(
+                w.source.same_as(out) or w.source in keep for w in writes):
             continue
         try:
             sch.compute_inline(block)
         except s_tir.ScheduleError:
-            return None
-    return sch, matmul
+            return False
+    return True
 
 
 def _epilogue(sch, matmul, out: tvm.tirx.Buffer, accumulator: tvm.tirx.Buffer, spatial):
@@ -609,8 +610,8 @@ def _conv(sch, block_rv, params, in_dtype: str):
     for index, out_var, window_var in ((loads[0].indices[1], h, ry), (loads[0].indices[2], w, rx)):
         stride, dilation = (_coefficient(index, var, (b, h, w, o, ry, rx, rc))
                             for var in (out_var, window_var))
-        if not 1 <= stride <= 4 or dilation < 1 or not analyzer.can_prove_equal(
-                index, out_var * stride + window_var * dilation):
+        if (None in (stride, dilation) or not 1 <= stride <= 4 or dilation < 1
+                or not analyzer.can_prove_equal(index, out_var * stride + window_var * dilation)):
             return None
         coefficients.append((stride, dilation))
     if not (_is_identity([loads[0].indices[0], loads[0].indices[3]], [b, rc])):
@@ -651,7 +652,7 @@ def _unpadded(sch, source: tvm.tirx.Buffer, params):
         return None, None
     offsets = [_coefficient(index, None, iters) for index in value.indices]
     analyzer = tvm.sym.Analyzer()
-    if offsets[0] or offsets[3] or not all(
+    if None in offsets or offsets[0] or offsets[3] or not all(
             analyzer.can_prove_equal(index, var - offset)
             for index, var, offset in zip(value.indices, iters, (0, offsets[1], offsets[2], 0))):
         return None, None
@@ -667,14 +668,15 @@ def _unpadded(sch, source: tvm.tirx.Buffer, params):
     return value.source, (offsets[1], offsets[2])
 
 
-def _coefficient(index, var, variables) -> int:
-    """The coefficient of ``var`` in the affine ``index`` (None: minus its constant term),
-    found by evaluating it with ``variables`` at 0 and ``var`` at 1."""
+def _coefficient(index, var, variables) -> int | None:
+    """The coefficient of ``var`` in the affine ``index`` (``var`` None: minus its constant
+    term), found by evaluating it with ``variables`` at 0 and ``var`` at 1; None where that is
+    not a constant."""
     point = {v: tvm.tirx.const(1 if var is not None and v.same_as(var) else 0, v.ty)
              for v in variables}
     at = tvm.sym.Analyzer().simplify(_rebuild(index, lambda load: None, point))
     if not isinstance(at, tvm.tirx.IntImm):
-        return -1
+        return None
     return int(at.value) if var is not None else -int(at.value)
 
 

@@ -3,8 +3,9 @@
 
 A kernel is taken when :func:`schedules.cuda.wgmma.match_gemm` reads it as ``epilogue(A @ B)``
 (or :func:`~schedules.cuda.wgmma.match_conv` as a conv with a window or strides, which the
-kernel computes as an implicit GEMM over its NHWC input and OHWI weight) with at least ``min_rows`` rows (below that mma.sync's smaller tiles fill the GPU better: the
-wgmma kernel's blocks are 128 rows), K of at least ``min_k`` (measured on the H200: ResNet-50's
+kernel computes as an implicit GEMM over its NHWC input and OHWI weight) with at least
+``min_rows`` rows (below that mma.sync's smaller tiles fill the GPU better: the wgmma kernel's
+blocks are 128 rows), K of at least ``min_k`` (measured on the H200: ResNet-50's
 1x1 convs with K = 64 run at 56-89 TFLOP/s on wgmma against 67-106 on mma.sync, with K = 512 at
 223-287 against 148-180; one or two pipeline steps leave the wgmma kernel nothing to overlap;
 K = 128-256 unmeasured, left to mma.sync) and every call passes B as a Relax constant (wgmma reads
