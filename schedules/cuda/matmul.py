@@ -52,7 +52,9 @@ _BYTES = {"float16": 2, "bfloat16": 2, "int8": 1, "float8_e4m3fn": 1, "float8_e5
 @dataclass(frozen=True)
 class MmaTile:
     """A thread block's work: ``warps_m x warps_n`` warps, each ``frag_m x frag_n`` fragments of
-    16 x 16; ``chunk_k`` fragments of K per pipeline step, ``stages`` steps in flight."""
+    16 x 16; ``chunk_k`` fragments of K per pipeline step, ``stages`` steps in flight;
+    ``blocks_per_sm``, where given, the blocks an SM must hold at once (``__launch_bounds__``'s
+    second argument: ptxas fits the registers to it)."""
 
     warps_m: int
     warps_n: int
@@ -60,6 +62,7 @@ class MmaTile:
     frag_n: int
     chunk_k: int = 2
     stages: int = 3
+    blocks_per_sm: int | None = None
 
     @property
     def block_m(self) -> int:
@@ -299,4 +302,22 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     sch.annotate(k0, "software_pipeline_async_stages", [0])
     sch.annotate(k1, "software_pipeline_stage", [0, 0, 1])
     sch.annotate(k1, "software_pipeline_order", [0, 1, 2])
+    if tile.blocks_per_sm is not None:
+        return s_tir.Schedule(_min_blocks_per_sm(sch.mod["main"], tile.blocks_per_sm))
     return sch
+
+
+def _min_blocks_per_sm(func: tirx.PrimFunc, blocks: int) -> tirx.PrimFunc:
+    """``func`` with the attribute that makes CUDA codegen write ``__launch_bounds__(threads,
+    blocks)``: SplitHostDevice takes it from inside the kernel, so it wraps the body of the
+    outermost thread-bound loop (the root block's one child, where the schedule above puts it)."""
+    realize = func.body
+    root = realize.block
+    loop = root.body
+    assert isinstance(loop, tirx.For) and loop.thread_binding is not None, "a bound loop first"
+    loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, tirx.AttrStmt(
+        tvm.runtime.convert(""), "tirx.launch_bounds_min_blocks_per_sm", blocks, loop.body),
+        loop.thread_binding, loop.annotations)
+    root = s_tir.stmt.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, loop,
+                             root.init, root.alloc_buffers, root.match_buffers, root.annotations)
+    return func.with_body(s_tir.stmt.SBlockRealize(realize.iter_values, realize.predicate, root))

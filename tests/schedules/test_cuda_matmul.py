@@ -80,6 +80,19 @@ def test_epilogue_stores_16_bytes_where_rows_allow_and_pads_the_accumulators(n, 
     assert stores and all("* 136)" in line for line in stores)
 
 
+def test_blocks_per_sm_bounds_the_registers(tmp_path):
+    """A tile with ``blocks_per_sm`` launches with ``__launch_bounds__(threads, blocks)``: three
+    blocks of 128 threads an SM leave 170 registers a thread (the 128 x 128 tile takes about
+    210 without the bound); without it the kernel has one bound only."""
+    func = _gemm(512, 512, 512, weight_nk=True)
+    bounded = _source(TensorCoreMatmul(tile=MmaTile(2, 2, 4, 4, 2, 3, 3)).apply(
+        func, TARGET, False))
+    assert "__launch_bounds__(128, 3)" in bounded
+    assert "__launch_bounds__(128)" in _source(TensorCoreMatmul(tile=MmaTile(2, 2, 4, 4)).apply(
+        func, TARGET, False))
+    nvcc_compiles(bounded, tmp_path)
+
+
 def test_takes_only_fp16_matmuls():
     assert TensorCoreMatmul().apply(_gemm(64, 64, 64), TARGET, False) is not None
     a = te.placeholder((64, 64), "float32", name="A")
@@ -118,18 +131,21 @@ def test_deep_reductions_take_steps_of_64_but_on_128x64_blocks():
     assert all(dataclasses.replace(t, chunk_k=4).shared_bytes() <= 113 * 1024 for t in TILES)
 
 
-CASES = [  # (m, n, k, weight_nk, batch): multiples, BERT shapes, sizes no tile divides
-    (256, 256, 256, False, None), (128, 768, 3072, True, None), (197, 768, 768, True, None),
-    (77, 100, 33, False, None), (1000, 1000, 1000, False, None), (64, 64, 64, True, 12),
-    (50, 77, 300, True, None),
+CASES = [  # (m, n, k, weight_nk, batch, tile): multiples, BERT shapes, sizes no tile divides
+    (256, 256, 256, False, None, None), (128, 768, 3072, True, None, None),
+    (197, 768, 768, True, None, None), (77, 100, 33, False, None, None),
+    (1000, 1000, 1000, False, None, None), (64, 64, 64, True, 12, None),
+    (50, 77, 300, True, None, None),
+    # three blocks an SM: the registers ptxas fits to the bound
+    (1000, 1000, 1000, True, None, MmaTile(2, 2, 4, 4, 2, 3, blocks_per_sm=3)),
 ]
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
-@pytest.mark.parametrize("m,n,k,weight_nk,batch", CASES)
-def test_numbers_against_numpy(m, n, k, weight_nk, batch):
+@pytest.mark.parametrize("m,n,k,weight_nk,batch,tile", CASES)
+def test_numbers_against_numpy(m, n, k, weight_nk, batch, tile):
     func = _gemm(m, n, k, weight_nk=weight_nk, batch=batch)
-    sch = TensorCoreMatmul().apply(func, TARGET, False)
+    sch = TensorCoreMatmul(tile=tile).apply(func, TARGET, False)
     assert sch is not None
     lib = build_cuda_kernel(sch, TARGET)
     rng = np.random.default_rng(m + n + k)
