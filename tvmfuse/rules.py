@@ -53,7 +53,7 @@ REGISTRY = (
     RuleInfo("cuda_graph", STRATEGY, "CUDA: the runs of kernels between statically planned "
                                      "allocations captured once as CUDA graphs and replayed"),
     RuleInfo("wgmma_gemm", STRATEGY, "CUDA: fp16/bf16 GEMMs and NHWC convs (implicit GEMM, "
-             "channels % 8) of 1024 rows or more, K >= 512, over constant weights as Hopper "
+             "channels % 8) of 1024 rows or more, K >= 128, over constant weights as Hopper "
              "wgmma kernels (TMA, warp-specialized), weights [N, K]"),
     RuleInfo("prepack_weights", STRATEGY, "CPU conv/GEMM weights packed in panels of the "
                                           "register tile, at build time"),

@@ -96,16 +96,29 @@ class WgmmaTile:
 Epilogue = Callable[["tvm.ir.PrimExpr", "tvm.ir.PrimExpr", "tvm.ir.PrimExpr"], "tvm.ir.PrimExpr"]
 
 
-def choose_wgmma_tile(m: int, n: int, sms: int = 132, conv: bool = False) -> WgmmaTile:
+#: A reduction of at most this many pipeline steps (64 of K each) is shallow: see
+#: :func:`choose_wgmma_tile`.
+SHALLOW_STEPS = 4
+
+
+def choose_wgmma_tile(m: int, n: int, sms: int = 132, conv: bool = False,
+                      k_steps: int | None = None) -> WgmmaTile:
     """The tile with the most useful work per SM-wave: blocks that fill the last wave, columns
     that are not past N (a 1x1 conv to 64 channels on 256-column tiles would waste 3/4);
     wider N first where two are within 5%.
 
-    A conv whose best tile is 64 columns wide runs two blocks an SM of one consumer each
-    instead, twice the copies in flight (H200, ``benchmarks/cuda_conv.py``, session 20): the
-    3x3 conv 512 -> 512 on 7x7 at batch 32 (72 steps of K, 112 blocks) 135 -> 190 TFLOP/s, on
-    56x56 x 64 (9 steps) level at 238; where the best tile is wider, the two-block one (64
-    columns) was the slower: 14x14 x 256 396 -> 249, 28x28 x 128 376 -> 241."""
+    Two blocks an SM of one consumer each instead, twice the copies in flight and one block's
+    epilogue and pipeline start overlapping the other's main loop (H200,
+    ``benchmarks/cuda_conv.py``, sessions 20-21):
+
+    - a conv whose best tile is 64 columns wide: the 3x3 conv 512 -> 512 on 7x7 at batch 32
+      (72 steps of K, 112 blocks) 135 -> 190 TFLOP/s, on 56x56 x 64 (9 steps) level at 238;
+      where the best tile is wider, the two-block one (64 columns) was the slower: 14x14 x 256
+      396 -> 249, 28x28 x 128 376 -> 241;
+    - a shallow reduction (``k_steps`` up to :data:`SHALLOW_STEPS`), at most 128 columns wide:
+      ResNet-50's 1x1 convs at batch 32, 28x28 128 -> 512 (2 steps) 128 -> 158 TFLOP/s,
+      56x56 256 -> 64 (4 steps) 127 -> 141, 14x14 256 -> 1024 (4 steps) level at 200; only at
+      one step (56x56 64 -> 256) the two-consumer 256-column tile was ahead, 88 -> 83."""
     best = None
     for block_n in (256, 192, 128, 64):
         tile = WgmmaTile(block_n=block_n)
@@ -114,8 +127,8 @@ def choose_wgmma_tile(m: int, n: int, sms: int = 132, conv: bool = False) -> Wgm
         score = blocks / (math.ceil(blocks / sms) * sms) * n / (tiles_n * block_n)
         if best is None or score > best[0] * 1.05:
             best = (score, tile)
-    if conv and best[1].block_n == 64:
-        return WgmmaTile(block_n=64, consumers=1, blocks_per_sm=2)
+    if conv and best[1].block_n == 64 or k_steps is not None and k_steps <= SHALLOW_STEPS:
+        return WgmmaTile(block_n=min(best[1].block_n, 128), consumers=1, blocks_per_sm=2)
     return best[1]
 
 
@@ -180,14 +193,14 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     B with unit axes (a 1x1 conv's OHWI weight, [N, 1, 1, K]). With ``conv`` the kernel is that
     conv's implicit GEMM: A is its NHWC input, B its OHWI weight, rows its output pixels."""
     rows = conv.rows if conv else m  # a conv's output rows padded to whole segments
-    tile = tile or choose_wgmma_tile(rows, n, conv=conv is not None)
+    k_steps = conv.k_steps if conv else math.ceil(k / BLOCK_K)
+    tile = tile or choose_wgmma_tile(rows, n, conv=conv is not None, k_steps=k_steps)
     tile.validate()
     if k % 8 or conv and conv.channels % 8:
         raise ValueError(f"K = {k}: TMA needs K (a conv's channels) a multiple of 8 "
                          "(16-byte rows)")
     bm, bn, stages, consumers = tile.block_m, tile.block_n, tile.stages, tile.consumers
     tiles_m, tiles_n = math.ceil(rows / bm), math.ceil(n / bn)
-    k_steps = conv.k_steps if conv else math.ceil(k / BLOCK_K)
     group = GROUP_M * tiles_n
     acc_len = bn // 2
     # 16-byte stores where C's rows keep them aligned

@@ -195,11 +195,14 @@ def test_source_has_wgmma_tma_and_nvcc_compiles_it(tmp_path, m, n, k):
     bias = tvm.tirx.decl_buffer((n,), "float16", name="bias")
     source = _source(gemm_kernel(m, n, k, epilogue=lambda acc, row, col: T.Cast(
         "float16", acc + T.Cast("float32", bias[col])), extra=(bias,)))
-    tile = choose_wgmma_tile(m, n)
+    tile = choose_wgmma_tile(m, n, k_steps=-(-k // 64))
     assert f"wgmma.mma_async.sync.aligned.m64n{tile.block_n}k16.f32.f16.f16" in source
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in source
     assert "mbarrier.try_wait.parity" in source and "setmaxnreg.inc.sync.aligned.u32" in source
-    assert "__launch_bounds__(384, 1)" in source
+    # a producer warpgroup and the consumers; K = 72 is shallow: two blocks of one consumer
+    threads, blocks = (384, 1) if k == 4096 else (256, 2)
+    assert (tile.consumers + 1) * 128 == threads and tile.blocks_per_sm == blocks
+    assert f"__launch_bounds__({threads}, {blocks})" in source
     nvcc_compiles(source, tmp_path, arch="sm_90a")
 
 
@@ -213,6 +216,13 @@ def test_tile_choice_fills_the_sms():
     assert choose_wgmma_tile(32 * 7 * 8, 512, conv=True) == WgmmaTile(64, consumers=1,
                                                                        blocks_per_sm=2)
     assert choose_wgmma_tile(32 * 14 * 16, 256, conv=True) == WgmmaTile(128)
+    # a shallow reduction (ResNet-50's 1x1 convs with K = 128 or 256): two blocks an SM of one
+    # consumer, at most 128 columns; deeper ones keep the two-consumer tile
+    assert choose_wgmma_tile(32 * 28 * 28, 512, k_steps=2) == WgmmaTile(128, consumers=1,
+                                                                         blocks_per_sm=2)
+    assert choose_wgmma_tile(32 * 56 * 56, 64, k_steps=4) == WgmmaTile(64, consumers=1,
+                                                                       blocks_per_sm=2)
+    assert choose_wgmma_tile(32 * 28 * 28, 512, k_steps=8) == WgmmaTile(256)
     with pytest.raises(ValueError, match="multiple of 16"):
         WgmmaTile(block_n=200).validate()
     with pytest.raises(ValueError, match="shared memory"):
@@ -253,7 +263,7 @@ def test_pass_replaces_kernel_and_transposes_constant_weight(dtype):
         e, relax.Call) and isinstance(e.args[0], tvm.ir.GlobalVar) else None)
     np.testing.assert_array_equal(calls[0].args[1].fields[1].value.numpy(), weight.T)
     # too few rows for the wgmma kernel's 128-row blocks, or too short a K for its pipeline
-    # (the default: K >= 512): left to the schedule rules
+    # (the default: K >= 128): left to the schedule rules
     for declining in (UseWgmmaGemms(SM90A, min_rows=4096, min_k=64), UseWgmmaGemms(SM90A)):
         assert declining(before)["fused_gemm"].attrs.get("tvmfuse.schedule") is None
 

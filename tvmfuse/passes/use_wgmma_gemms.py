@@ -5,10 +5,11 @@ A kernel is taken when :func:`schedules.cuda.wgmma.match_gemm` reads it as ``epi
 (or :func:`~schedules.cuda.wgmma.match_conv` as a conv with a window or strides, which the
 kernel computes as an implicit GEMM over its NHWC input and OHWI weight) with at least
 ``min_rows`` rows (below that mma.sync's smaller tiles fill the GPU better: the wgmma kernel's
-blocks are 128 rows), K of at least ``min_k`` (measured on the H200: ResNet-50's
-1x1 convs with K = 64 run at 56-89 TFLOP/s on wgmma against 67-106 on mma.sync, with K = 512 at
-223-287 against 148-180; one or two pipeline steps leave the wgmma kernel nothing to overlap;
-K = 128-256 unmeasured, left to mma.sync) and every call passes B as a Relax constant (wgmma reads
+blocks are 128 rows), K of at least ``min_k`` (H200, ResNet-50's 1x1 convs at batch 32: with
+K = 64, one pipeline step, wgmma ran 56-89 TFLOP/s against mma.sync's 67-106; with K = 128-256
+on the two-block tiles of :func:`~schedules.cuda.wgmma.choose_wgmma_tile` 141-201, where the
+fused mma.sync kernels (with their residual) ran 52-120; with K = 512 223-287 against 148-180)
+and every call passes B as a Relax constant (wgmma reads
 both operands K-major; a legalized linear layer's weight is [K, N], so each call's constant is
 transposed here once). The kernel replaces the PrimFunc under the same name, marked scheduled,
 written in TIRx (lowered by TIRx's pipeline, see :func:`tvmfuse.pipeline.lower`) and bound to
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 class UseWgmmaGemms:
     """Replace each fused GEMM the wgmma kernel takes; see the module docstring."""
 
-    def __init__(self, target: tvm.target.Target, min_rows: int = 1024, min_k: int = 512):
+    def __init__(self, target: tvm.target.Target, min_rows: int = 1024, min_k: int = 128):
         self.target = target
         self.min_rows = min_rows
         self.min_k = min_k
