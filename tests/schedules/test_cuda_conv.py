@@ -39,15 +39,19 @@ class OddConvs(torch.nn.Module):
 
 
 @pytest.fixture(scope="module")
-def odd_convs():
+def odd_convs(tmp_path_factory):
+    """The model and its fp16 CUDA build with the wgmma kernel off (rule ``wgmma_gemm``): the
+    3x3 conv's 1058 rows and K = 216 would be the wgmma kernel's (``test_cuda_wgmma.py``)."""
+    rules = tmp_path_factory.mktemp("rules") / "wgmma-off.toml"
+    rules.write_text("[default]\nwgmma_gemm = { enabled = false }\n")
     torch.manual_seed(0)
     net = OddConvs().eval()
     with torch.no_grad():  # a BatchNorm that does something
         net.bn.running_mean.uniform_(-0.5, 0.5)
         net.bn.running_var.uniform_(0.5, 2.0)
     model = api.import_torch(net, [torch.randn(2, 3, 45, 45)])
-    return model, api.compile_model(model, CUDA, api.BuildOptions(use_database=False,
-                                                                   dtype="float16"))
+    return model, api.compile_model(model, CUDA, api.BuildOptions(
+        use_database=False, dtype="float16", fusion_rules=rules))
 
 
 def test_dense_convs_take_the_mma_schedule_and_depthwise_does_not(odd_convs):
