@@ -295,6 +295,8 @@ def test_conv_numbers_against_numpy():
     ((2, 15, 13, 40), 48, 3, {"stride": (1, 2), "padding": (1, 0, 1, 2)}, "float16"),
     ((2, 9, 9, 72), 64, 3, {"dilation": 2, "padding": 2}, "float16"),  # a half-full channel step
     ((2, 14, 14, 64), 96, 3, {"padding": 1}, "bfloat16"),
+    # a ResNet downsample's strided 1x1 (with horizontal_conv off), shallow: two blocks an SM
+    ((4, 28, 28, 256), 512, 1, {"stride": 2}, "float16"),
 ])
 def test_conv_numbers_against_torch(shape, cout, window, options, dtype):
     import torch  # noqa: PLC0415
