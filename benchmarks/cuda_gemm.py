@@ -7,10 +7,11 @@ bias)``, fp16 operands, float32 accumulation; every result is checked against fl
     python3 benchmarks/cuda_gemm.py --tiles auto,2x4x4x4x4x3,... --no-dlight   # a tile sweep
     python3 benchmarks/cuda_gemm.py --tiles auto,wgmma,wg128x6                 # with wgmma
 
-A tile is ``warps_m x warps_n x frag_m x frag_n x chunk_k x stages`` (:class:`MmaTile`); ``auto``
-is the one :func:`choose_tile` picks. ``wgmma`` is the Hopper kernel of ``schedules/cuda/
-wgmma.py`` with the tile :func:`choose_wgmma_tile` picks, ``wg<block_n>x<stages>`` a given one
-(its B is stored [N, K] whatever ``--weight-nk`` says: wgmma reads both operands K-major). The JSON is rewritten after every shape, so a run cut short
+A tile is ``warps_m x warps_n x frag_m x frag_n x chunk_k x stages[x blocks_per_sm]``
+(:class:`MmaTile`); ``auto`` is the one :func:`choose_tile` picks. ``wgmma`` is the Hopper
+kernel of ``schedules/cuda/wgmma.py`` with the tile :func:`choose_wgmma_tile` picks,
+``wg<block_n>x<stages>`` a given one (its B is stored [N, K] whatever ``--weight-nk`` says:
+wgmma reads both operands K-major). The JSON is rewritten after every shape, so a run cut short
 keeps what it measured.
 
 Times are CUDA-event medians (``triton.testing.do_bench`` where torch runs, TVM's
@@ -100,7 +101,7 @@ def build_wgmma(m: int, n: int, k: int, tile: WgmmaTile | None):
 
 
 def parse_tile(spec: str) -> MmaTile | None:
-    """``auto`` (None: choose_tile decides) or ``WMxWNxFMxFNxCKxST``."""
+    """``auto`` (None: choose_tile decides) or ``WMxWNxFMxFNxCKxST[xBL]``."""
     return None if spec == "auto" else MmaTile(*map(int, spec.split("x")))
 
 
