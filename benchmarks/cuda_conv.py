@@ -30,7 +30,7 @@ from tvm import te, topi
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cuda_gemm import TARGET, build, fmt, run_and_time  # noqa: E402
+from cuda_gemm import TARGET, build, failure, fmt, run_and_time  # noqa: E402
 from tvmfuse.schedules.cuda.wgmma import WgmmaTile, match_conv, match_gemm  # noqa: E402
 
 #: (label, N, H, W, C, O, window, stride): ResNet-50's convs at batch 32 (torchvision's v1.5:
@@ -123,7 +123,7 @@ def main() -> int:
                 lib = build(func, target, True) if spec == "mma" else build_wgmma(func, spec)
                 result = None if lib is None else run_and_time(lib, dev, tensors, want, flops)
             except Exception as err:  # noqa: BLE001 - one engine failing must not end the sweep
-                result = {"error": str(err).strip().splitlines()[-1][:200]}
+                result = failure(err)
             row["engines"][spec] = result
             print(f"  {spec:14s} {fmt(result)}", flush=True)
         ms = do_bench(cudnn, warmup=25, rep=200, return_mode="median")

@@ -105,6 +105,14 @@ def parse_tile(spec: str) -> MmaTile | None:
     return None if spec == "auto" else MmaTile(*map(int, spec.split("x")))
 
 
+def failure(err: Exception) -> dict:
+    """An engine's failure for the table and the JSON: the last line of the error that says
+    something (one run's only line was a NUL byte), and up to 2000 characters of the whole."""
+    text = str(err).replace("\x00", "").strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return {"error": (lines[-1] if lines else type(err).__name__)[:200], "detail": text[-2000:]}
+
+
 def run_and_time(lib, dev, args, want, flops: float) -> dict:
     """Run once (the output, the last of ``args``, poisoned with NaN first: every element must
     be written), check against ``want``, time; TFLOP/s of ``flops`` a run."""
@@ -175,7 +183,7 @@ def main() -> int:
                     result = None if lib is None else run_and_time(lib, dev, tensors, want,
                                                                    2 * m * n * k)
             except Exception as err:  # noqa: BLE001 - one tile failing must not end the sweep
-                result = {"error": str(err).strip().splitlines()[-1][:200]}
+                result = failure(err)
             if ours:
                 row["tiles"][spec] = result
             else:
