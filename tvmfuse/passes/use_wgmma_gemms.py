@@ -9,11 +9,11 @@ blocks are 128 rows), K of at least ``min_k`` (H200, ResNet-50's 1x1 convs at ba
 K = 64, one pipeline step, wgmma ran 56-89 TFLOP/s against mma.sync's 67-106; with K = 128-256
 on the two-block tiles of :func:`~schedules.cuda.wgmma.choose_wgmma_tile` 141-201, where the
 fused mma.sync kernels (with their residual) ran 52-120; with K = 512 223-287 against 148-180)
-and every call passes B as a Relax constant (wgmma reads
-both operands K-major; a legalized linear layer's weight is [K, N], so each call's constant is
-transposed here once). The kernel replaces the PrimFunc under the same name, marked scheduled,
-written in TIRx (lowered by TIRx's pipeline, see :func:`tvmfuse.pipeline.lower`) and bound to
-``sm_90a``, the architecture wgmma needs.
+and every call passes B as a Relax constant (wgmma reads both operands K-major; a legalized
+linear layer's weight is [K, N], so each call's constant is transposed here once). The kernel
+replaces the PrimFunc under the same name, marked scheduled, written in TIRx (lowered by TIRx's
+pipeline, see :func:`tvmfuse.pipeline.lower`) and bound to ``sm_90a``, the architecture wgmma
+needs.
 
 Preconditions: after FuseTIR, before the schedule rules (which skip what it marked scheduled).
 """
