@@ -12,11 +12,14 @@ def test_shipped_rules_cover_every_rule():
     assert set(rules) == set(RULES)
     # head_matmul is CUDA's (the tensor-core GEMM reads through the head split; CPUs fuse the
     # whole attention)
-    assert [name for name, rule in rules.items() if not rule.enabled] == ["head_matmul"]
+    # and space_to_depth_conv too (it feeds the tensor cores' 16-byte loads)
+    assert [name for name, rule in rules.items() if not rule.enabled] == [
+        "space_to_depth_conv", "head_matmul"]
     assert load_rules("cuda")["head_matmul"].enabled
+    assert load_rules("cuda")["space_to_depth_conv"].enabled
     # Winograd is on where it was measured faster than the direct convs (BENCHMARKS.md)
     assert [name for name, rule in load_rules("x86-64").items() if not rule.enabled] == [
-        "winograd_conv2d", "head_matmul"]
+        "winograd_conv2d", "space_to_depth_conv", "head_matmul"]
     assert rules["conv_epilogue"].priority > rules["add_layer_norm"].priority
 
 

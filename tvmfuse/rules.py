@@ -50,6 +50,9 @@ REGISTRY = (
     RuleInfo("whole_vector_rows", STRATEGY, "CPU LayerNorm, RMSNorm and softmax reduced in "
                                             "vector accumulators, lanes folded in vectors"),
     RuleInfo("winograd_conv2d", STRATEGY, "CPU 3x3 stride-1 convs as Winograd F(2x2, 3x3)"),
+    RuleInfo("space_to_depth_conv", STRATEGY, "strided fp16/bf16 convs over fewer than 8 input "
+                                              "channels (a stem) as stride-1 convs over the "
+                                              "input rearranged space-to-depth"),
     RuleInfo("cuda_graph", STRATEGY, "CUDA: the runs of kernels between statically planned "
                                      "allocations captured once as CUDA graphs and replayed"),
     RuleInfo("wgmma_gemm", STRATEGY, "CUDA: fp16/bf16 GEMMs and NHWC convs (implicit GEMM, "

@@ -494,7 +494,8 @@ def match_conv(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch 
     conv (``C[n, h, w, o] += X'[n, h * sh + ry * dh, w * sw + rx * dw, c] * W[o, ry, rx, c]``)
     of ``in_dtype`` parameters summed in float32, X' the input X or X zero-padded (a block
     ``X'[n, h, w, c] = if_then_else(inside, X[n, h - top, w - left, c], 0)``), channels a
-    multiple of 8, strides up to 4, then an elementwise epilogue as :func:`match_gemm`'s."""
+    multiple of 8 (at least 64 where the window has several taps), strides up to 4, then an
+    elementwise epilogue as :func:`match_gemm`'s."""
     fused = _fused_blocks(func, keep_producers=True)
     if fused is None:
         return None
@@ -632,6 +633,11 @@ def _conv(sch, block_rv, params, in_dtype: str):
     batch, height, width, channels = (int(d) for d in x.shape)
     if channels % 8 or [int(d) for d in weight.shape[1:]] != [
             int(iv.dom.extent) for iv in reduce] or int(weight.shape[-1]) != channels:
+        return None
+    # a tap's channels are one pipeline step of 64 (zeros past C): over fewer channels the
+    # steps are mostly zeros, where mma.sync's steps run over taps and channels together (the
+    # space-to-depth stem: 16 channels, 4x4 taps)
+    if channels < BLOCK_K and int(reduce[0].dom.extent) * int(reduce[1].dom.extent) > 1:
         return None
     geometry = ConvGeometry(
         batch, height, width, channels, int(spatial[1].dom.extent), int(spatial[2].dom.extent),

@@ -12,6 +12,7 @@ import tvm
 
 from tvmfuse import api
 from tvmfuse.compiler import cuda_source
+from tvmfuse.passes.space_to_depth_conv import INPUT_TRANSFORM
 from tvmfuse.schedules.cuda.matmul import NAME
 from conftest import nvcc_compiles
 
@@ -61,6 +62,9 @@ def test_dense_convs_take_the_mma_schedule_and_depthwise_does_not(odd_convs):
     assert len(convs) == 4, convs
     dense = {k: v for k, v in convs.items() if v == NAME}
     assert len(dense) == 3, convs  # stem, 3x3, strided 1x1
+    # the stem's 3 channels rearranged space-to-depth: a 4x4 conv over 16 (rule
+    # space_to_depth_conv; tests/passes/test_space_to_depth_conv.py)
+    assert sum(k.startswith(INPUT_TRANSFORM) for k in analysis.kernels) == 1
     # the epilogues stay in the conv's kernel: no add or ReLU launched on its own
     assert not [k for k in analysis.kernels if "conv2d" not in k and ("relu" in k or "add" in k)]
 

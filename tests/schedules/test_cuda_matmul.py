@@ -63,7 +63,32 @@ def test_source_has_mma_ldmatrix_and_cp_async_and_nvcc_compiles_it(tmp_path, m, 
     aligned = k % 8 == 0 and (weight_nk or n % 8 == 0)
     assert ("cp.async.cg.shared.global" in source) == aligned
     assert "cp.async.wait_group" in source
+    # every copy through tvmfuse's cp.async helper: the source offset a 64-bit sum
+    # (schedules/cuda/cp_async.py), none through TVM's int-offset one
+    assert "ptx_cp_async_legacy" not in source
+    assert ("long long src_off" in source) == aligned
     nvcc_compiles(source, tmp_path)
+
+
+def test_widened_offsets_keep_their_values_in_64_bits():
+    """cp_async.widen: the offset rebuilt as an int64 sum of int64 terms, the terms it cannot
+    widen (shifts, divisions) computed as before and then cast; the same value everywhere."""
+    from tvm import tirx
+
+    from tvmfuse.schedules.cuda.cp_async import widen
+
+    i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
+    expr = (i >> 3) * 4096 + j * 64 + tirx.floordiv(j, 3) - 7 + 2 * i
+    wide = widen(expr)
+    assert str(wide.ty) == "int64"
+    text = str(wide)
+    assert "i64" in text or "int64" in text
+    for iv, jv in ((0, 0), (1000, 7), (8191, 123456)):
+        analyzer = tvm.sym.Analyzer()
+        analyzer.bind(i, iv)
+        analyzer.bind(j, jv)
+        narrow, value = analyzer.simplify(expr), analyzer.simplify(wide)
+        assert int(narrow) == int(value) == (iv >> 3) * 4096 + jv * 64 + jv // 3 - 7 + 2 * iv
 
 
 @pytest.mark.parametrize("n,store", [(256, "*(uint4*)(T_add_ptr"), (100, "*(half4*)(T_add_ptr"),

@@ -21,6 +21,7 @@ from .pad_conv_channels import PadConvChannels
 from .point_conv_as_matmul import PointConvAsMatmul
 from .prepack_weights import PrepackWeights
 from .simplify_bounded_shapes import SimplifyBoundedShapes
+from .space_to_depth_conv import SpaceToDepthConv
 from .store_narrowed import StoreNarrowed
 from .use_wgmma_gemms import UseWgmmaGemms
 from .verify_fusion import VerifyFusion
@@ -32,5 +33,5 @@ __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNo
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
            "NormalizeSqueezeAxes", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
-           "SimplifyBoundedShapes", "StoreNarrowed", "UseWgmmaGemms", "VerifyFusion",
+           "SimplifyBoundedShapes", "SpaceToDepthConv", "StoreNarrowed", "UseWgmmaGemms", "VerifyFusion",
            "WidenIntegerCumsum", "WinogradConv2D"]

@@ -8,7 +8,7 @@ import tvm
 from tvm.s_tir import dlight as dl
 
 from ..names import TIRX_KERNEL
-from ..passes import ApplyScheduleRules, UseWgmmaGemms
+from ..passes import ApplyScheduleRules, SpaceToDepthConv, UseWgmmaGemms
 from ..schedules.cuda.attention import attention_kernel
 from ..schedules.cuda.matmul import TensorCoreMatmul
 from ..schedules.cuda.rows import WarpRows
@@ -23,10 +23,13 @@ class CudaStrategy(Strategy):
     def layout_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
         """Convs in NHWC with OHWI weights (``conv_layout_nhwc``): as an implicit GEMM the
         input's contiguous axis is then the reduction's (C), which the tensor-core schedule
-        copies to shared memory 16 bytes a thread, and the weight is stored K-major."""
+        copies to shared memory 16 bytes a thread, and the weight is stored K-major; strided
+        convs over fewer than 8 channels (the stem) over a space-to-depth input
+        (``space_to_depth_conv``), so that those copies hold for them too."""
         if not rules["conv_layout_nhwc"].enabled:
             return []
-        return nhwc_convs("OHWI")
+        stem = [SpaceToDepthConv()] if rules["space_to_depth_conv"].enabled else []
+        return [*nhwc_convs("OHWI"), *stem]
 
     def kernel_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
         """Large fp16 GEMMs over constant weights as Hopper wgmma kernels
