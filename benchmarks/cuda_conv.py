@@ -6,7 +6,7 @@ at ResNet-50's conv shapes at batch 32 and at sizes no tile divides. Each kernel
 float32 PyTorch.
 
     python3 benchmarks/cuda_conv.py [--shapes N,H,W,C,O,window,stride;...] [--engines mma,wgmma]
-        [--json benchmarks/cuda-conv.json]
+        [--residual] [--json benchmarks/cuda-conv.json]
 
 An engine is ``mma`` (the tile :func:`choose_tile` picks), ``wgmma`` (the tile
 :func:`choose_wgmma_tile` picks) or ``wg<block_n>x<stages>[x<consumers>x<blocks an SM>]`` (a
@@ -51,24 +51,26 @@ SHAPES = (
 )
 
 
-def conv_bias_relu(n, h, w, c, o, window, stride):
+def conv_bias_relu(n, h, w, c, o, window, stride, residual=False):
     """The kernel as tvmfuse's fp16 CUDA builds legalize and fuse a conv: topi's padding block,
-    the NHWC conv with an OHWI weight summing in float32, bias, ReLU, the cast to fp16."""
+    the NHWC conv with an OHWI weight summing in float32, bias, [a residual of the output's
+    size,] ReLU, the cast to fp16."""
     pad = window // 2
     x = te.placeholder((n, h, w, c), "float16", name="X")
     weight = te.placeholder((o, window, window, c), "float16", name="W")
     bias = te.placeholder((o,), "float16", name="bias")
+    oh, ow = ((size + 2 * pad - window) // stride + 1 for size in (h, w))
+    res = te.placeholder((n, oh, ow, o), "float16", name="res")
     padded = topi.nn.pad(x, [0, pad, pad, 0], [0, pad, pad, 0], name="pad_temp")
     ry, rx, rc = (te.reduce_axis((0, e), name) for e, name in (
         (window, "ry"), (window, "rx"), (c, "rc")))
-    oh, ow = ((size + 2 * pad - window) // stride + 1 for size in (h, w))
     conv = te.compute((n, oh, ow, o), lambda b, i, j, f: te.sum(
         padded[b, i * stride + ry, j * stride + rx, rc].astype("float32")
         * weight[f, ry, rx, rc].astype("float32"), axis=[ry, rx, rc]), name="conv2d_nhwc")
     out = te.compute(conv.shape, lambda *i: te.max(
-        conv[i] + bias[i[-1]].astype("float32"), te.const(0, "float32")).astype("float16"),
-        name="out")
-    return te.create_prim_func([x, weight, bias, out])
+        conv[i] + bias[i[-1]].astype("float32") + (res[i].astype("float32") if residual else 0),
+        te.const(0, "float32")).astype("float16"), name="out")
+    return te.create_prim_func([x, weight, bias, *([res] if residual else []), out])
 
 
 def build_wgmma(func, spec: str):
@@ -86,6 +88,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", help="N,H,W,C,O,window,stride;... instead of the default")
     parser.add_argument("--engines", default="mma,wgmma")
+    parser.add_argument("--residual", action="store_true",
+                        help="add a residual of the output's size before the ReLU (ResNet's "
+                             "block ends; cuDNN then runs the add as a second kernel)")
     parser.add_argument("--json", type=Path,
                         default=Path(__file__).resolve().parent / "cuda-conv.json")
     args = parser.parse_args()
@@ -103,20 +108,26 @@ def main() -> int:
         weight = (rng.standard_normal((o, window, window, c)) / np.sqrt(window * window * c)
                   ).astype("float16")
         bias = rng.standard_normal(o).astype("float16")
+        oh, ow = ((size + 2 * (window // 2) - window) // stride + 1 for size in (h, w))
+        res = rng.standard_normal((n, oh, ow, o)).astype("float16") if args.residual else None
         tx, tw, tb = (torch.from_numpy(v).cuda() for v in (x, weight, bias))
         tx = tx.permute(0, 3, 1, 2)  # NCHW view of NHWC memory: channels-last for cuDNN
         tw = tw.permute(0, 3, 1, 2)
+        tr = None if res is None else torch.from_numpy(res).cuda().permute(0, 3, 1, 2)
 
         def cudnn(dtype=torch.float16):
-            return torch.nn.functional.conv2d(tx.to(dtype), tw.to(dtype), tb.to(dtype),
-                                              stride=stride, padding=window // 2)
+            y = torch.nn.functional.conv2d(tx.to(dtype), tw.to(dtype), tb.to(dtype),
+                                           stride=stride, padding=window // 2)
+            return y if tr is None else y + tr.to(dtype)
 
         want = torch.relu(cudnn(torch.float32)).permute(0, 2, 3, 1).cpu().numpy()
         flops = 2 * want.size * window * window * c
         tensors = [tvm.runtime.tensor(v, dev) for v in (x, weight, bias)]
+        tensors += [tvm.runtime.tensor(res, dev)] if res is not None else []
         tensors.append(tvm.runtime.tensor(np.zeros(want.shape, "float16"), dev))
-        func = conv_bias_relu(n, h, w, c, o, window, stride)
-        row = {"shape": label, "conv": [n, h, w, c, o, window, stride], "engines": {}}
+        func = conv_bias_relu(n, h, w, c, o, window, stride, res is not None)
+        row = {"shape": label, "conv": [n, h, w, c, o, window, stride], "engines": {},
+               "residual": res is not None}
         print(f"{label:24s} {n}x{h}x{w}x{c} -> {o}, {window}x{window} /{stride}", flush=True)
         for spec in args.engines.split(","):
             try:

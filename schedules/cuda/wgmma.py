@@ -96,6 +96,9 @@ class WgmmaTile:
 Epilogue = Callable[["tvm.ir.PrimExpr", "tvm.ir.PrimExpr", "tvm.ir.PrimExpr"], "tvm.ir.PrimExpr"]
 
 
+#: Buffers of C's size an epilogue may read through an [m, n] view (see :func:`gemm_kernel`).
+ROW_VIEWS = 2
+
 #: A reduction of at most this many pipeline steps (64 of K each) is shallow: see
 #: :func:`choose_wgmma_tile`.
 SHALLOW_STEPS = 4
@@ -184,10 +187,16 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 extra: tuple[tvm.tirx.Buffer, ...] = (),
                 a_shape: tuple | None = None, b_shape: tuple | None = None,
                 c_shape: tuple | None = None,
-                conv: ConvGeometry | None = None) -> tvm.tirx.PrimFunc:
+                conv: ConvGeometry | None = None,
+                row_views: dict | None = None) -> tvm.tirx.PrimFunc:
     """The TIRx PrimFunc ``(A [m, k], B [n, k], *extra, C [m, n])``: ``epilogue(acc, row, col)``
     gives the value stored at C[row, col] (by default the accumulator cast to ``out_dtype``),
     reading the buffers ``extra`` (``tvm.tirx.decl_buffer``s), which become parameters.
+    ``row_views`` maps up to :data:`ROW_VIEWS` of ``extra`` (buffers of C's size, a residual)
+    to None; the kernel declares each as [m, n], as it does C, loads the elements of a thread's
+    columns as one vector, and before it builds the epilogue puts in their place a function
+    ``(row, col) -> value`` that reads them, which the epilogue calls for its loads of that
+    buffer.
     ``a_shape`` and ``c_shape`` declare A and C with leading batch axes (rows are their
     product: a linear layer's [batch, seq, features], an NHWC conv's [N, H, W, C]), ``b_shape``
     B with unit axes (a 1x1 conv's OHWI weight, [N, 1, 1, K]). With ``conv`` the kernel is that
@@ -218,6 +227,9 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     if epilogue is None:
         def epilogue(acc, row, col):  # noqa: ARG001
             return T.Cast(out_dtype, acc)
+    viewed = list(row_views or {})
+    if len(viewed) > ROW_VIEWS:
+        raise ValueError(f"{len(viewed)} row views: at most {ROW_VIEWS}")
 
     # fmt: off
     @T.prim_func(check_well_formed=False)  # the epilogue's buffers are added as parameters below
@@ -258,6 +270,12 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
         b_smem = T.decl_buffer((stages, bn, BLOCK_K), in_dtype, data=arena.data,
                                elem_offset=stages * a_stage, scope="shared.dyn")
         C = T.decl_buffer((m, n), out_dtype, data=C_param.data)
+        if len(viewed) > 0:
+            R0 = T.decl_buffer((m, n), viewed[0].dtype, data=viewed[0].data)
+            r0 = T.alloc_local((vec,), viewed[0].dtype)
+        if len(viewed) > 1:
+            R1 = T.decl_buffer((m, n), viewed[1].dtype, data=viewed[1].data)
+            r1 = T.alloc_local((vec,), viewed[1].dtype)
         staged = T.decl_buffer((bm, bn + STAGED_PAD), "float32", data=arena.data,
                                scope="shared.dyn")
         full = T.alloc_shared((stages,), "uint64")
@@ -363,6 +381,15 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 row, stored = T.meta_var(_output_row(tile_m * bm + wg_row + r, m, conv))
                 col = T.meta_var(tile_n * bn + c)
                 if stored and col + vec <= n:
+                    # the row views' elements loaded as one vector each, into registers
+                    if len(viewed) > 0:
+                        for e in T.vectorized(vec):
+                            r0[e] = R0[row, col + e]
+                        _v0 = T.meta_var(_view(row_views, viewed[0], r0, col))
+                    if len(viewed) > 1:
+                        for e in T.vectorized(vec):
+                            r1[e] = R1[row, col + e]
+                        _v1 = T.meta_var(_view(row_views, viewed[1], r1, col))
                     # computed into registers, then stored as one vector: TVM scalarizes a
                     # vectorized loop whose value calls a function without a vector form (GELU's
                     # erf), and with it the store (2 bytes at a time: FFN1 at half the GEMM's speed)
@@ -371,11 +398,25 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                     for e in T.vectorized(vec):
                         C[row, col + e] = out[e]
                 elif stored:
+                    if len(viewed) > 0:
+                        _w0 = T.meta_var(_view(row_views, viewed[0], R0))
+                    if len(viewed) > 1:
+                        _w1 = T.meta_var(_view(row_views, viewed[1], R1))
                     for e in T.serial(vec):
                         if col + e < n:
                             C[row, col + e] = epilogue(staged[wg_row + r, c + e], row, col + e)
     # fmt: on
     return _with_params(kernel, extra)
+
+
+def _view(views: dict, buffer: tvm.tirx.Buffer, source: tvm.tirx.Buffer, col=None) -> None:
+    """Point ``views[buffer]`` (an epilogue's read of ``buffer`` at (row, col), see
+    :func:`gemm_kernel`) at ``source``: the [m, n] view itself, or (``col`` given) the
+    registers holding the view's elements from column ``col`` on."""
+    if col is None:
+        views[buffer] = lambda row, c: source[row, c]
+    else:
+        views[buffer] = lambda row, c: source[c - col]
 
 
 def _output_row(tile_row, m: int, conv: ConvGeometry | None):
@@ -445,23 +486,40 @@ class GemmMatch:
                       if not any(p.same_as(x) for x in (self.a, self.b, self.out)))
         fresh = [(old, tvm.tirx.decl_buffer([int(d) for d in old.shape], old.dtype, old.name))
                  for old in extra]
+        # a buffer shaped as the output (a residual) read where the output is stored: read as
+        # [rows, columns], its element at (row, col), not through row's position in each
+        # leading axis (64-bit divisions by 196 and 14 in every element's address: ResNet-50's
+        # residual 1x1 convs ran at a third of their memory roofline)
+        shape = [int(d) for d in self.out.shape]
+        views = {new: None for old, new in fresh
+                 if [int(d) for d in old.shape] == shape and len(shape) > 2}
+        views = dict(list(views.items())[:ROW_VIEWS])
 
         def epilogue(acc, row, col):
-            index = []
+            flat_row, index = row, []
             for extent in reversed(extents):
                 index.append(row % extent)
                 row = row // extent
             values = [*reversed(index), col]
             bound = {var: T.Cast(var.ty, value) for var, value in zip(self.iters, values)}
-            return _rebuild(self.value, lambda load: acc if load.source.same_as(
-                self.accumulator) else None, bound, fresh)
+
+            def on_load(load):
+                if load.source.same_as(self.accumulator):
+                    return acc
+                new = next(new for old, new in fresh if old.same_as(load.source))
+                if views.get(new) is not None and _is_identity(load.indices, self.iters):
+                    return views[new](flat_row, col)
+                return None
+
+            return _rebuild(self.value, on_load, bound, fresh)
 
         func = gemm_kernel(self.m, self.n, self.k, tile, out_dtype=str(self.out.dtype),
                            in_dtype=str(self.a.dtype), epilogue=epilogue,
                            extra=tuple(new for _, new in fresh),
                            a_shape=tuple(int(d) for d in self.a.shape),
                            b_shape=None if self.b_kn else tuple(int(d) for d in self.b.shape),
-                           c_shape=tuple(int(d) for d in self.out.shape), conv=self.conv)
+                           c_shape=tuple(int(d) for d in self.out.shape), conv=self.conv,
+                           row_views=views)
         a, b, *_, c = func.params
         params = [a if p.same_as(self.a) else b if p.same_as(self.b) else c
                   if p.same_as(self.out) else next(new for old, new in fresh if old.same_as(p))

@@ -59,17 +59,24 @@ def _conv(n, hw, cin, cout, *, window=1, stride=1):
 
 
 def _legalized_conv(shape, cout, window, *, stride=1, padding=0, dilation=1,
-                    dtype="float16"):
-    """The fused kernel of an NHWC conv (OHWI weight, float32 sums) + bias + ReLU as tvmfuse's
-    CUDA builds legalize and fuse it: topi's padding block, then the conv, then the epilogue;
-    with the parameters (X, W, bias, out)."""
-    def body(bb, x, w, bias):
+                    dtype="float16", residual=False):
+    """The fused kernel of an NHWC conv (OHWI weight, float32 sums) + bias [+ residual] + ReLU
+    as tvmfuse's CUDA builds legalize and fuse it: topi's padding block, then the conv, then
+    the epilogue; with the parameters (X, W, bias, [residual,] out)."""
+    def body(bb, x, w, bias, *res):
         conv = relax.op.nn.conv2d(x, w, strides=stride, padding=padding, dilation=dilation,
                                   data_layout="NHWC", kernel_layout="OHWI", out_dtype="float32")
-        return relax.op.nn.relu(relax.op.add(relax.op.astype(conv, dtype), bias))
+        y = relax.op.add(relax.op.astype(conv, dtype), bias)
+        return relax.op.nn.relu(relax.op.add(y, res[0]) if res else y)
 
+    h, w = shape[1:3]
+    top, left, bottom, right = (padding,) * 4 if isinstance(padding, int) else padding
+    sh, sw = (stride, stride) if isinstance(stride, int) else stride
+    out_shape = (shape[0], (h + top + bottom - dilation * (window - 1) - 1) // sh + 1,
+                 (w + left + right - dilation * (window - 1) - 1) // sw + 1, cout)
     mod = relax_main({"x": shape, "w": (cout, window, window, shape[-1]),
-                      "bias": (1, 1, 1, cout)}, body, dtype)
+                      "bias": (1, 1, 1, cout), **({"res": out_shape} if residual else {})},
+                     body, dtype)
     mod = tvm.transform.Sequential([
         relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
         relax.transform.FuseOps(), relax.transform.FuseTIR()])(mod)
@@ -163,6 +170,31 @@ def _padded_by_hand(bound: int, fill: float):
         axis=[ry, rx, rc]), name="conv2d_nhwc")
     out = te.compute(conv.shape, lambda *i: conv[i].astype("float16"), name="out")
     return te.create_prim_func([x, w, out])
+
+
+def test_match_conv_declines_taps_over_fewer_channels_than_a_step():
+    # 16 channels a tap in steps of 64: three quarters zeros; mma.sync's steps run over taps
+    # and channels together (the space-to-depth stem's 4x4 conv over 16 channels)
+    assert match_conv(_legalized_conv((2, 14, 14, 16), 32, 3, padding=1)) is None
+    assert match_conv(_legalized_conv((2, 14, 14, 64), 32, 3, padding=1)) is not None
+
+
+@pytest.mark.parametrize("window,stride", [(1, 1), (3, 2)])
+def test_residual_is_read_as_rows_one_vector_a_thread(window, stride, tmp_path):
+    """A residual (a buffer of the output's size) is read through an [m, n] view of it, 16
+    bytes a thread into registers, at the output's own address: not through each output
+    row's position in N, H and W (64-bit divisions by H * W and W in every element's address,
+    ResNet-50's residual 1x1 convs at a third of their memory roofline)."""
+    func = _legalized_conv((4, 14, 14, 64), 96, window, stride=stride, padding=window // 2,
+                           residual=True)
+    found = match_gemm(func) if window == 1 else match_conv(func)
+    assert found is not None
+    source = _source(found.kernel())
+    residual = [p.name for p in found.kernel().params][3]
+    assert f"*(uint4*)({residual}_ptr + " in source
+    assert f"{residual}_ptr[" not in source.split("_kernel(")[-1].split("else")[0]
+    assert "% 196" not in source and "/ 196" not in source
+    nvcc_compiles(source, tmp_path, arch="sm_90a")
 
 
 def test_conv_source_has_4d_tma_and_nvcc_compiles_it(tmp_path):
@@ -297,6 +329,9 @@ def test_conv_numbers_against_numpy():
     ((2, 14, 14, 64), 96, 3, {"padding": 1}, "bfloat16"),
     # a ResNet downsample's strided 1x1 (with horizontal_conv off), shallow: two blocks an SM
     ((4, 28, 28, 256), 512, 1, {"stride": 2}, "float16"),
+    # a residual read as rows (ResNet's blocks): 16-byte rows, and 100 columns (2-byte reads)
+    ((3, 14, 14, 64), 96, 3, {"stride": 2, "padding": 1, "residual": True}, "float16"),
+    ((2, 14, 14, 64), 100, 3, {"padding": 1, "residual": True}, "float16"),
 ])
 def test_conv_numbers_against_torch(shape, cout, window, options, dtype):
     import torch  # noqa: PLC0415
@@ -309,17 +344,19 @@ def test_conv_numbers_against_torch(shape, cout, window, options, dtype):
     w = rng.standard_normal((cout, window, window, shape[-1])).astype(store)
     bias = rng.standard_normal((1, 1, 1, cout)).astype(store)
     geometry = found.conv
+    out_shape = (shape[0], geometry.out_height, geometry.out_width, cout)
+    res = (rng.standard_normal(out_shape).astype(store),) if options.get("residual") else ()
     dev = tvm.cuda(0)
-    out = tvm.runtime.tensor(np.full((shape[0], geometry.out_height, geometry.out_width, cout),
-                                     np.nan, store), dev)
-    lib["main"](*(tvm.runtime.tensor(v, dev) for v in (x, w, bias)), out)
+    out = tvm.runtime.tensor(np.full(out_shape, np.nan, store), dev)
+    lib["main"](*(tvm.runtime.tensor(v, dev) for v in (x, w, bias, *res)), out)
     padding = options.get("padding", 0)
     top, left, bottom, right = (padding,) * 4 if isinstance(padding, int) else padding
     padded = torch.nn.functional.pad(torch.tensor(x.astype("float32")).permute(0, 3, 1, 2),
                                      (left, right, top, bottom))
     conv = torch.nn.functional.conv2d(padded, torch.tensor(w.astype("float32")).permute(
         0, 3, 1, 2), stride=options.get("stride", 1), dilation=options.get("dilation", 1))
-    want = np.maximum(conv.permute(0, 2, 3, 1).numpy() + bias.astype("float32"), 0)
+    want = conv.permute(0, 2, 3, 1).numpy() + bias.astype("float32")
+    want = np.maximum(want + res[0].astype("float32") if res else want, 0)
     got = out.numpy().astype("float32")
     assert np.isfinite(got).all(), "outputs left unwritten"
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < (
