@@ -79,6 +79,15 @@ BLOCK_EFFICIENCY = {4: 1.0, 2: 0.8, 1: 0.6, 3: 1.0, 5: 1.05, 7: 1.02}
 BLOCK_EFFICIENCY_16 = {2: 1.0, 3: 0.95, 4: 0.85, 1: 0.6}
 #: Accumulators a tile of this many blocks may hold beyond half the register file.
 WIDE_ROWS = {7: 8}
+#: What a GEMM's tile in 16 registers loses for holding fewer than its 12 accumulators: the share
+#: it holds, to this power (linear, it made six rows win wherever they were within a sixth of the
+#: rows' padding). Measured on a 2-core Zen 3 (one tile forced per build, fastest of 5 interleaved
+#: rounds, GFLOP/s): where every tile divides the rows, 60 x 3072 x 768 ran 195.8 in 6 x 2, 192.6
+#: in 5 x 2 (10 of 12: 0.98), 183.2 in 4 x 2 (8 of 12: 0.94), and 60 x 768 x 768 192.6 / 192.0 /
+#: 183.2; where six rows do not divide them, 49 x 3072 x 768 (ConvNeXt's last stage) ran 183.3 in
+#: 5 x 2 where 6 x 2 (54 rows) ran 173.2, and 50 x 768 x 3072 (CLIP's 50 tokens) 190.5 where 6 x 2
+#: ran 176.0; 197 x 768 x 768 stays 6 x 2 (186.5; 5 x 2 183.3).
+FILL_EXPONENT_16 = 0.15
 
 
 def accumulator_budget(vector: Vector, tall: bool = False) -> int:
@@ -134,10 +143,15 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
             continue
         if not tall:
             rows = _dividing_rows(rows, rows_extent)
-        tile = Tile(rows, blocks, lanes)
-        if best is None or tile_score(tile, rows_extent, cols_extent, vector, tall) > tile_score(
-                best, rows_extent, cols_extent, vector, tall):
-            best = tile
+        # a GEMM's rows are padded to whole tiles: in 16 registers, shorter tiles that pad less
+        # compete too (FILL_EXPONENT_16: 49 rows in 5 x 2, not 6 x 2 over 54)
+        shorter = range(rows - 1, max(rows // 2, 1) - 1, -1) if (
+            tall and vector.registers < 32 and rows_extent) else ()
+        for tile in (Tile(r, blocks, lanes) for r in (rows, *shorter)):
+            if best is None or tile_score(tile, rows_extent, cols_extent, vector,
+                                          tall) > tile_score(best, rows_extent, cols_extent,
+                                                             vector, tall):
+                best = tile
     return best
 
 
@@ -166,6 +180,8 @@ def tile_score(tile: Tile, rows: int | None, cols: int, vector: Vector,
         useful *= rows / (-(-rows // tile.rows) * tile.rows)
     budget = accumulator_budget(vector, tall)
     filled = min(tile.rows * tile.blocks, budget) / budget
+    if tall and vector.registers < 32:
+        filled **= FILL_EXPONENT_16
     efficiency = _block_efficiency(vector, tall).get(tile.blocks, 0.0)
     return efficiency * useful * filled * tile.lanes / vector.lanes
 
