@@ -127,8 +127,8 @@ class _Rewrite(relax.PyExprMutator):
         (``nchw``), and below that a cast, both folded into the transform."""
         nchw = False
         value = self._bound(data)
-        if calls_op(value, "relax.permute_dims") and [int(a) for a in value.attrs.axes] == [
-                0, 2, 3, 1]:
+        axes = value.attrs.axes if calls_op(value, "relax.permute_dims") else None
+        if axes is not None and [int(a) for a in axes] == [0, 2, 3, 1]:
             data, nchw = value.args[0], True
             value = self._bound(data)
         if calls_op(value, "relax.astype") and static_shape(value.args[0].ty.shape) is not None:
