@@ -35,8 +35,11 @@ WINOGRAD_INPUT, WINOGRAD_OUTPUT = "winograd_input", "winograd_output"
 
 #: Block annotations of a row reduction written in whole vectors (``strategy/whole_vectors.py``;
 #: ``schedules/cpu/reduction.py`` schedules them): the partial results, valued with their count of
-#: vector accumulators, and the small reductions that combine them.
+#: vector accumulators, and the small reductions that combine them; ``ROW_TAIL`` marks partial
+#: results whose last step alone reads past the row's whole vectors (its lanes masked), so that
+#: the schedule runs that step apart and the others without the masks.
 ROW_PARTIALS, ROW_COMBINE = "tvmfuse.row_partials", "tvmfuse.row_combine"
+ROW_TAIL = "tvmfuse.row_tail"
 #: PrimFunc attribute of a kernel written in TIRx (the wgmma GEMM): lowered by TIRx's pipeline,
 #: not the s_tir one the scheduled kernels take.
 TIRX_KERNEL = "tvmfuse.tirx_kernel"

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tvm import s_tir, tirx
+from tvm.ir.expr import TensorLoad  # a BufferLoad (tirx.BufferLoad is a constructor)
 
 from tvmfuse.names import LAYOUT_FREE_BUFFERS, LAYOUT_REWRITE_PREPROC
 
@@ -283,7 +284,8 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     for producer in blocks[:position]:
         if LAYOUT_REWRITE_PREPROC in sch.get(producer).annotations:
             continue  # a padded weight, packed at build time
-        if inline_large_padding and _padding_outweighs_output(sch, producer, anchor):
+        if _is_plain_copy(sch, producer) or (
+                inline_large_padding and _padding_outweighs_output(sch, producer, anchor)):
             sch.compute_inline(producer)
         elif not _feeds(sch, producer, anchor) and _inlined(sch, producer):
             continue  # glue before another producer (a transpose before the padding)
@@ -534,6 +536,23 @@ def _inlined(sch: s_tir.Schedule, producer) -> bool:
     except s_tir.ScheduleError:
         return False
     return True
+
+
+def _is_plain_copy(sch: s_tir.Schedule, block) -> bool:
+    """``block`` copies a buffer of its own shape element for element: the padding a conv of no
+    padding still makes (an input padded beforehand, see PadConvChannels), which copied would be
+    a second pass over the input."""
+    stmt = sch.get(block)
+    body, axes = stmt.body, [iv.var for iv in stmt.iter_vars]
+    if not (isinstance(body, tirx.BufferStore) and isinstance(body.value, TensorLoad)):
+        return False
+    load = body.value
+
+    def plain(indices) -> bool:
+        return len(indices) == len(axes) and all(i.same_as(a) for i, a in zip(indices, axes))
+
+    return (plain(body.indices) and plain(load.indices)
+            and _elements(load.source) == _elements(body.buffer) is not None)
 
 
 def _padding_outweighs_output(sch: s_tir.Schedule, producer, anchor) -> bool:

@@ -1,3 +1,4 @@
+import pytest
 import torch
 import tvm
 from tvm import relax
@@ -25,10 +26,33 @@ def test_output_channels_padded_to_whole_vectors_then_sliced():
                                    relax.transform.Normalize()(relax_main(params, padded)))
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_input_channels_padded_with_its_spatial_padding_where_stride_is_one(stride):
+    """A depthwise conv's input channels are padded too, in one copy with the spatial padding
+    at stride 1; a strided conv keeps its padding to read through."""
+    params = {"x": (1, 9, 9, 77), "w": (3, 3, 1, 77)}
+    before = relax_main(params, lambda bb, x, w: relax.op.nn.conv2d(
+        x, w, strides=stride, padding=1, groups=77, data_layout="NHWC", kernel_layout="HWIO"))
+
+    def padded(bb, x, w):
+        spatial = [1, 1, 1, 1] if stride == 1 else [0, 0, 0, 0]
+        wide = bb.emit(relax.op.nn.pad(x, [0, 0, *spatial, 0, 3]))
+        weights = bb.emit(relax.op.nn.pad(w, [0, 0, 0, 0, 0, 0, 0, 3]))
+        conv = bb.emit(relax.op.nn.conv2d(
+            wide, weights, strides=stride, padding=0 if stride == 1 else 1, groups=80,
+            data_layout="NHWC", kernel_layout="HWIO"))
+        return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[77])
+
+    after = PadConvChannels(8)(before)
+    tvm.ir.assert_structural_equal(relax.transform.Normalize()(after),
+                                   relax.transform.Normalize()(relax_main(params, padded)))
+
+
 def test_whole_vectors_grouped_and_nchw_convs_are_no_match():
     cases = [((1, 9, 9, 16), (3, 3, 16, 80), {}),  # already whole vectors
              ((1, 9, 9, 16), (3, 3, 16, 20), {}),  # vectors of 4
              ((1, 9, 9, 16), (3, 3, 4, 20), {"groups": 4}),  # grouped
+             ((1, 9, 9, 10), (3, 3, 1, 20), {"groups": 10}),  # two outputs a group
              ((1, 9, 9, 16), (3, 3, 16, 4), {})]  # under one vector
     for x, w, kw in cases:
         before = relax_main({"x": x, "w": w}, lambda bb, x, w: relax.op.nn.conv2d(
@@ -49,5 +73,22 @@ def test_odd_channels_take_the_conv_schedule_and_match_pytorch(tmp_path):
     compiled = api.compile_model(imported, api.get_target(HOST), api.BuildOptions())
     implementations = list(compiled.analysis.implementations.values())
     assert implementations.count("cpu.conv2d") == 2 and "cpu.parallel" not in implementations
+    (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), imported)
+    assert check.rel_err < 1e-5
+
+
+def test_depthwise_convs_over_odd_channels_take_the_depthwise_schedule(tmp_path):
+    """Depthwise 3x3 convs over 77 channels, stride 1 and 2 (a bias and ReLU each): the
+    depthwise schedule over 80 channels (the catch-all ran 197 channels at 5-7 GFLOP/s), the
+    input copied once, and PyTorch's numbers."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(77, 77, 3, padding=1, groups=77), torch.nn.ReLU(),
+        torch.nn.Conv2d(77, 77, 3, stride=2, padding=1, groups=77)).eval()
+    imported = api.import_torch(model, [torch.randn(1, 77, 15, 15)])
+    compiled = api.compile_model(imported, api.get_target(HOST), api.BuildOptions())
+    implementations = compiled.analysis.implementations
+    assert list(implementations.values()).count("cpu.depthwise_conv2d") == 2
+    assert "cpu.parallel" not in implementations.values()
     (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), imported)
     assert check.rel_err < 1e-5

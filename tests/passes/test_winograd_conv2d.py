@@ -1,6 +1,8 @@
 """WinogradConv2D (the ``winograd_conv2d`` rule): which convs become Winograd's three kernels, how
 they are fused and scheduled, and the numbers against PyTorch."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -106,5 +108,45 @@ def test_an_output_transform_before_the_nchw_transpose_is_left_to_the_elementwis
     (output,) = [k for k in analysis.kernels if k.startswith(f"fused_{OUTPUT_TRANSFORM}")]
     assert "transpose" in output and analysis.implementations[output] == "cpu.elementwise"
     compiled = api.compile_model(model, api.get_target(HOST), options)
+    (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert check.rel_err < 1e-5
+
+
+def _vector_widths(script: str) -> list[int]:
+    """The widths of the vectorized loops of a kernel's TVMScript, in order (``T.vectorized(16)``
+    or, partitioned, ``T.vectorized(32, 40)``)."""
+    widths = []
+    for bounds in re.findall(r"T\.vectorized\((.*)\):", script.replace("T.int64", "")):
+        numbers = [int(n) for n in re.findall(r"\d+", bounds)]
+        widths.append(numbers[0] if len(numbers) == 1 else numbers[1] - numbers[0])
+    return widths
+
+
+def test_transforms_over_channels_no_vector_divides_keep_full_vectors(tmp_path):
+    """3x3 convs 45 -> 45 -> 32 (PadConvChannels computes 48 output channels of the first; its
+    output transform writes 45, the second's input transform reads 45): those transforms run
+    the channels innermost, as whole vectors and a tail of narrower ones (45 = 2 x 16 + 8 + 4 + 1
+    on AVX-512; one lane at a time they took 124 of a 77-channel conv's 344 us), and the numbers
+    match PyTorch."""
+    rules = tmp_path / "rules.toml"
+    rules.write_text(f"[{HOST}]\nwinograd_conv2d = {{ enabled = true }}\n")
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Conv2d(45, 45, 3, padding=1), nn.ReLU(),
+                          nn.Conv2d(45, 32, 3, padding=1)).eval()
+    model = api.import_torch(block, [torch.randn(1, 45, 12, 12)])
+    options = api.BuildOptions(fusion_rules=rules, use_database=False)
+    target = api.get_target(HOST)
+    scheduled, analysis = api.analyze(model, target, options, until="schedule")
+    inputs = [k for k in analysis.kernels if k.startswith(INPUT_TRANSFORM)]
+    outputs = [k for k in analysis.kernels if k.startswith(f"fused_{OUTPUT_TRANSFORM}")
+               and "transpose" not in k]  # the last conv's writes NCHW: the elementwise rule's
+    assert len(inputs) == 2 and len(outputs) == 1
+    lanes = target.vector.lanes
+    tail = [w for w in (8, 4, 2) if 45 % lanes & w]
+    for kernel in [*inputs, *outputs]:
+        assert analysis.implementations[kernel] == "cpu.winograd_transform"
+        # whole vectors first, then the tail's pieces (a piece of one is a plain loop)
+        assert _vector_widths(scheduled[kernel].script()) == [lanes, *tail]
+    compiled = api.compile_model(model, target, options)
     (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
     assert check.rel_err < 1e-5

@@ -120,6 +120,27 @@ def test_depthwise_conv2d_vectorizes_channels():
     _close(_run(sch, [x, w, b], (1, 14, 14, 48)), _torch_conv_relu(x, w, b, 3, 2, groups=48))
 
 
+def test_a_conv_of_no_padding_reads_its_input_without_copying_it():
+    """A depthwise conv whose input was padded beforehand (PadConvChannels: 77 channels to 80,
+    the spatial padding in the same copy) has ``padding=0``, and TVM's legalization still copies
+    the input into ``pad_temp``: the copy is inlined, not run as a second pass over the input."""
+    def body(bb, x, w, b):
+        y = bb.emit(relax.op.nn.conv2d(x, w, padding=0, groups=80, data_layout="NHWC",
+                                       kernel_layout="HWIO"))
+        y = bb.emit(relax.op.strided_slice(y, axes=[3], begin=[0], end=[77]))
+        return relax.op.nn.relu(bb.emit(relax.op.add(y, b)))
+
+    inputs = [("x", (1, 16, 16, 80)), ("w", (3, 3, 1, 80)), ("b", (1, 1, 1, 77))]
+    sch = cpu.DepthwiseConv2D(VECTOR).apply(_kernel(inputs, body), None, False)
+    assert "pad_temp" not in [b.name_hint for b in _blocks(sch)]
+    assert _kinds(sch, "group_conv2d_nhwc_update")[-1] == "VECTORIZED"
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    y = torch.nn.functional.conv2d(torch.from_numpy(x).permute(0, 3, 1, 2),
+                                   torch.from_numpy(w).permute(3, 2, 0, 1), groups=80)
+    expected = torch.relu(y.permute(0, 2, 3, 1)[..., :77] + torch.from_numpy(b)).numpy()
+    _close(_run(sch, [x, w, b], (1, 14, 14, 77)), expected)
+
+
 def test_grouped_conv2d_vectors_stay_within_a_group():
     # RegNet's 8-channel groups on 48 channels: a 16-lane vector would read two groups' inputs
     inputs, body = _conv_relu(14, 48, 48, 3, 1, groups=6)
@@ -327,8 +348,8 @@ def test_row_reductions_reduce_in_whole_vectors_then_fold_the_lanes(op, n):
     """Rows of any length are reduced into vector accumulators, 16 lanes a step (the last vector
     the row's last 16 elements, lanes counted already weighing nothing; one, two or four
     accumulators by the row's length), then folded 16 -> 8 -> 4 -> 2 -> 1 in vector operations,
-    not a serial chain across the lanes; the output in whole vectors and a scalar tail; numbers
-    against PyTorch, rows offset so that reading past one would read the next."""
+    not a serial chain across the lanes; the output in whole vectors and a tail in narrower ones;
+    numbers against PyTorch, rows offset so that reading past one would read the next."""
     from tvmfuse.strategy import whole_vectors
 
     body, reference = ROW_OPS[op]
@@ -338,30 +359,40 @@ def test_row_reductions_reduce_in_whole_vectors_then_fold_the_lanes(op, n):
                    whole_vectors.legalizations(VECTOR.lanes))
     sch = cpu.RowReduction(VECTOR).apply(func, None, False)
     assert sch is not None
-    names = [blk.name_hint for blk in _blocks(sch)]
-    partials = [name for name in names if name.endswith("_lanes_update")]
-    assert len(partials) == (2 if op != "rms_norm" else 1)
+    names = re.findall(r'T.sblock\("(\w+)"\)', sch.mod.script())
+    reductions = [name.removesuffix("_lanes_init") for name in names
+                  if name.endswith("_lanes_init")]
+    assert len(reductions) == (2 if op != "rms_norm" else 1)
     steps = -(-n // 16)
     accumulators = 4 if steps >= 8 else 2 if steps >= 4 else 1
-    for name in partials:  # vectors of accumulators, the padded row's steps around them
-        assert _kinds(sch, name)[-1] == "VECTORIZED"
-        if accumulators == 1:  # (a loop of one is no loop)
-            assert _extents(sch, name)[-2:] == [steps, 16]
-        else:
-            assert _extents(sch, name)[-3:] == [-(-steps // accumulators), accumulators, 16]
-            assert _kinds(sch, name)[-2] == "UNROLLED"
-        reduction = name.removesuffix("_lanes_update")
+    outer = -(-steps // accumulators)
+    masked = n % 16 or steps % accumulators
+    for reduction in reductions:  # vectors of accumulators, the padded row's steps around them
+        updates = [name for name in names if re.fullmatch(rf"{reduction}_lanes_update(_ax\d+)?",
+                                                          name)]
+        # a row that is not whole steps of whole vectors: its last step (the one reading the
+        # row's last vector, lanes masked) runs apart, the others without the masks
+        assert [_extents(sch, u)[-2 if accumulators == 1 else -3] for u in updates] == (
+            [outer - 1, 1] if masked and outer > 1 else [outer])
+        for name in updates:
+            assert _kinds(sch, name)[-1] == "VECTORIZED" and _extents(sch, name)[-1] == 16
+            if accumulators > 1:
+                assert _kinds(sch, name)[-2] == "UNROLLED"
+                assert _extents(sch, name)[-2] == accumulators
         folds = [f"{reduction}_fold{width}_update" for width in (8, 4, 2)]
         assert set(folds) <= set(names)
         for fold in folds:  # each a vector operation on two halves
             assert _kinds(sch, fold)[-2:] == ["SERIAL", "VECTORIZED"]
             assert _extents(sch, fold)[-2] == 2
-    # the output in whole vectors, then the rest of the row one element at a time
+    # the output in whole vectors, then the rest of the row in narrower ones (13: 8 + 4 + 1)
     output = func.params[-1].name  # the block that writes it has its name
     if n % 16:
-        whole, tail = re.findall(rf'T.sblock\("({output}_\w+[01])"\)', sch.mod.script())
+        whole, *tail = re.findall(rf'T.sblock\("({output}_\w+\d)"\)', sch.mod.script())
         assert _kinds(sch, whole)[-1] == "VECTORIZED" and _extents(sch, whole)[-1] == 16
-        assert _kinds(sch, tail)[-1] == "SERIAL" and _extents(sch, tail)[-1] == n % 16
+        widths = [1 << bit for bit in range(4, -1, -1) if n % 16 >> bit & 1]
+        assert [_extents(sch, piece)[-1] for piece in tail] == widths
+        assert [_kinds(sch, piece)[-1] for piece in tail] == [
+            "VECTORIZED" if width > 1 else "SERIAL" for width in widths]
     else:  # a row of whole vectors reads no padding: no clamp, no select
         assert "T.Select" not in sch.mod.script() and "T.min" not in sch.mod.script()
     want = reference(*(torch.from_numpy(a) for a in (x, w, b))).numpy()

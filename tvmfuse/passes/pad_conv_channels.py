@@ -1,5 +1,6 @@
 """PadConvChannels: a conv whose output channels no vector of 4 or more divides computes whole
-vectors of them over a zero-padded weight, and a slice keeps the real ones.
+vectors of them over a zero-padded weight, and a slice keeps the real ones; a depthwise conv over
+such channels pads its input's channels too.
 
 The CPU conv schedule vectorizes the output channels and cannot pad them itself (``pad_einsum``
 takes einsums, and a conv reads ``h + kh``): a 3x3 conv to 77 channels found no register tile
@@ -9,7 +10,16 @@ and fell to the catch-all schedule at 3.3 GFLOP/s on a 2-core Zen 3
 one elementwise kernel over the output. Channels that a narrower vector divides (24 on AVX-512:
 8 lanes) keep their tiles.
 
-Preconditions: after the layout passes (NHWC data, HWIO weights), dense convs (groups 1).
+A depthwise conv's vector axis is its input's channels as well as its output's, and its input is
+an activation, which the schedule does not pad either: 197 channels fell to the catch-all
+schedule at 5-7 GFLOP/s (Zen 4, Emerald Rapids; 32-672 channels: 30-50). Padded, its input is
+copied once into a zero-padded buffer of whole vectors, the spatial padding included where the
+strides are 1 (the copy the conv schedule makes of a padded input anyway; a strided depthwise conv
+reads through its spatial padding instead, see ``schedules/cpu/_blocked.py``), and the slice, bias
+and activation join the conv's kernel.
+
+Preconditions: after the layout passes (NHWC data, HWIO weights), dense convs (groups 1) and
+depthwise ones (groups = input channels = output channels).
 """
 
 from __future__ import annotations
@@ -40,16 +50,35 @@ class PadConvChannels:
             kernel, out = static_shape(matches[weight].ty.shape), static_shape(expr.ty.shape)
             if (kernel is None or out is None or str(attrs.data_layout) != "NHWC"
                     or str(attrs.kernel_layout) != "HWIO" or str(attrs.out_layout) != "NHWC"
-                    or int(attrs.groups) != 1 or lanes_for(kernel[3], lanes) >= 4
-                    or kernel[3] < lanes):
+                    or not (int(attrs.groups) == 1 or _is_depthwise(attrs, kernel))
+                    or lanes_for(kernel[3], lanes) >= 4 or kernel[3] < lanes):
                 return expr
             channels = kernel[3]
             padded = -(-channels // lanes) * lanes
             wide = relax.op.nn.pad(matches[weight], [0, 0, 0, 0, 0, 0, 0, padded - channels])
+            data, padding, groups = matches[x], attrs.padding, 1
+            if int(attrs.groups) != 1:  # depthwise: its input's channels too (see above)
+                data, padding = _pad_input(data, padding, attrs.strides, padded - channels)
+                groups = padded
             conv = relax.op.nn.conv2d(
-                matches[x], wide, strides=attrs.strides, padding=attrs.padding,
-                dilation=attrs.dilation, data_layout="NHWC", kernel_layout="HWIO",
+                data, wide, strides=attrs.strides, padding=padding, dilation=attrs.dilation,
+                groups=groups, data_layout="NHWC", kernel_layout="HWIO",
                 out_dtype=attrs.out_dtype)
             return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[channels])
 
         return rewrite_functions(mod, pattern, rewrite)
+
+
+def _is_depthwise(attrs, kernel: list[int]) -> bool:
+    """One input channel a group, one output channel a group (HWIO ``[kh, kw, 1, groups]``)."""
+    return kernel[2] == 1 and kernel[3] == int(attrs.groups)
+
+
+def _pad_input(data: relax.Expr, padding, strides, extra: int) -> tuple[relax.Expr, list[int]]:
+    """``data`` (NHWC) with ``extra`` zero channels, and the conv's padding left to apply: with
+    strides of 1 the spatial padding is done in the same copy (``[top, left, bottom, right]``
+    -> 0), otherwise kept for the conv to read through."""
+    top, left, bottom, right = (int(p) for p in padding)
+    if any(int(s) != 1 for s in strides):
+        return relax.op.nn.pad(data, [0, 0, 0, 0, 0, 0, 0, extra]), [top, left, bottom, right]
+    return relax.op.nn.pad(data, [0, 0, top, bottom, left, right, 0, extra]), [0, 0, 0, 0]

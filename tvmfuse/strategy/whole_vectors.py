@@ -103,8 +103,8 @@ class _Row:
                            axis=step)
 
         shape = [*rows, count, lanes] if count > 1 else [*rows, lanes]
-        folded = te.compute(shape, partial, name=f"{name}_lanes",
-                            attrs={names.ROW_PARTIALS: count})
+        attrs = {names.ROW_PARTIALS: count, **({} if exact else {names.ROW_TAIL: 1})}
+        folded = te.compute(shape, partial, name=f"{name}_lanes", attrs=attrs)
         if count > 1:
             folded = _combine(folded, combine, f"{name}_vector", shape=[*rows, lanes],
                               read=lambda v, i, k: v[(*i[:-1], k, i[-1])], extent=count,
