@@ -156,6 +156,14 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
     return best
 
 
+#: The most column tiles a depthwise conv's threads split by rows (``rows_outer``). With the
+#: column tiles outermost each thread writes part of every pixel's channels: over 96 channels
+#: (two tiles of 48) a 28x28 depthwise conv ran 58-75 us on two Zen 4 threads and 44-58 on one;
+#: rows outermost, 31-35 (72 and 144 channels, three tiles: 20 -> 33 and 39 GFLOP/s). Over 480
+#: and 672 channels (six tiles) rows outermost ran as fast or slower (672: 345-370 us against
+#: 224-305).
+ROWS_OUTER_TILES = 4
+
 #: A conv's rows are not padded (see :func:`_pad`), so a tile that does not divide them is
 #: predicated, which LLVM paid for in every tile: on a 2-core Zen 3 (AVX2), the 1x1 conv 104 -> 104
 #: on 28x28 (RegNet's) ran at 54 GFLOP/s in 8 x 1 tiles and 113 in 7 x 1. A tile takes the
@@ -188,12 +196,14 @@ def tile_score(tile: Tile, rows: int | None, cols: int, vector: Vector,
 
 
 def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str], bool], *,
-                     inline_large_padding: bool = False, tall: bool = False):
+                     inline_large_padding: bool = False, tall: bool = False,
+                     rows_outer: bool = False):
     """Schedule ``func`` as a register-blocked reduction, or return None when it is not one
     or its anchor block is not one the caller ``claims`` (by block name).
 
     ``inline_large_padding`` reads through a padding more than twice the output's size instead
     of copying it (see the module docstring; it pays only where the input is read as vectors).
+    ``rows_outer``: the threads split the rows, not the column tiles (see :func:`block_anchor`).
     """
     sch = s_tir.Schedule(func)
     anchor = anchor_of(sch)
@@ -201,14 +211,15 @@ def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str]
         return None
     blocks = root_blocks(sch)
     if block_anchor(sch, anchor, vector, epilogue=blocks[_position(sch, anchor) + 1:],
-                    inline_large_padding=inline_large_padding, tall=tall) is None:
+                    inline_large_padding=inline_large_padding, tall=tall,
+                    rows_outer=rows_outer) is None:
         return None
     return sch
 
 
 def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
                  written: tuple = (), row_chunks: int = 0, inline_large_padding: bool = False,
-                 tall: bool = False):
+                 tall: bool = False, rows_outer: bool = False):
     """Register-block the reduction ``anchor`` of ``sch`` in place; returns the parallel loop
     its tiles run under, or None (``sch`` untouched) when it does not fit.
 
@@ -219,6 +230,10 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     ``row_chunks`` > 0 parallelizes over (at most) that many chunks of whole output rows instead
     of over tiles: each thread then finishes complete rows, for a row normalization after the
     GEMM, and reads the whole weight matrix once.
+
+    ``rows_outer`` puts the row tiles outside the column tiles in the parallel loop where the
+    columns are at most ROWS_OUTER_TILES tiles, for a kernel whose weights are not reused across
+    rows (a depthwise conv); see ROWS_OUTER_TILES.
     """
     if not loops_match_iters(sch, anchor):
         return None
@@ -310,7 +325,9 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         inner = [row_inner, col_block, col_lane]
     elif len(spatial) > 1:
         row_outer, row_inner = sch.split(spatial[-2], [None, tile.rows])
-        outer = [col_outer, *spatial[:-2], row_outer]
+        split_rows = rows_outer and -(-cols // (tile.blocks * tile.lanes)) <= ROWS_OUTER_TILES
+        outer = ([*spatial[:-2], row_outer, col_outer] if split_rows
+                 else [col_outer, *spatial[:-2], row_outer])
         inner = [row_inner, col_block, col_lane]
     else:
         outer, inner = [col_outer], [col_block, col_lane]

@@ -22,7 +22,8 @@ class Conv2D(CpuRule):
 
 class DepthwiseConv2D(CpuRule):
     """Depthwise/grouped NHWC conv2d plus epilogue: channels are the vector axis of the input,
-    the weights and the output alike, so each step is a vector load, not a broadcast."""
+    the weights and the output alike, so each step is a vector load, not a broadcast; its few
+    weights are not worth a thread's own column panel, so the threads split the rows."""
 
     name = "cpu.depthwise_conv2d"
 
@@ -30,4 +31,4 @@ class DepthwiseConv2D(CpuRule):
         return register_blocked(
             func, self.vector,
             lambda name: name.startswith(("group_conv2d_nhwc", "depthwise_conv2d_nhwc")),
-            inline_large_padding=True)
+            inline_large_padding=True, rows_outer=True)

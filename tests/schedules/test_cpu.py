@@ -120,6 +120,22 @@ def test_depthwise_conv2d_vectorizes_channels():
     _close(_run(sch, [x, w, b], (1, 14, 14, 48)), _torch_conv_relu(x, w, b, 3, 2, groups=48))
 
 
+@pytest.mark.parametrize("channels,rows_outer", [(96, True), (672, False)])
+def test_depthwise_threads_split_rows_where_the_channels_are_few_tiles(channels, rows_outer):
+    """Over 96 channels (two column tiles) the depthwise conv's threads take rows, each whole
+    pixels (column tiles outermost, each wrote part of every pixel: 58-75 us against 31-35 on
+    two Zen 4 threads); over 672 (six tiles) the column tiles stay outermost."""
+    inputs, body = _conv_relu(14, channels, channels, 3, 1, groups=channels)
+    sch = cpu.DepthwiseConv2D(VECTOR).apply(_kernel(inputs, body), None, False)
+    (parallel,) = [loop for loop in sch.get_loops(sch.get_sblock("group_conv2d_nhwc_update"))
+                   if sch.get(loop).kind == tirx.ForKind.PARALLEL]
+    fused = sch.get(parallel).loop_var.name
+    assert fused.endswith("_ff_0_fused") == rows_outer, fused
+    x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    _close(_run(sch, [x, w, b], (1, 14, 14, channels)),
+           _torch_conv_relu(x, w, b, 3, 1, groups=channels))
+
+
 def test_a_conv_of_no_padding_reads_its_input_without_copying_it():
     """A depthwise conv whose input was padded beforehand (PadConvChannels: 77 channels to 80,
     the spatial padding in the same copy) has ``padding=0``, and TVM's legalization still copies
