@@ -6,12 +6,15 @@ bias)``, fp16 operands, float32 accumulation; every result is checked against fl
     python3 benchmarks/cuda_gemm.py [--shapes M,N,K;...] [--json benchmarks/cuda-gemm.json]
     python3 benchmarks/cuda_gemm.py --tiles auto,2x4x4x4x4x3,... --no-dlight   # a tile sweep
     python3 benchmarks/cuda_gemm.py --tiles auto,wgmma,wg128x6                 # with wgmma
+    python3 benchmarks/cuda_gemm.py --tiles auto,mk,mk2x2x64x64x3              # hand-written mma
 
 A tile is ``warps_m x warps_n x frag_m x frag_n x chunk_k x stages[x blocks_per_sm]``
 (:class:`MmaTile`); ``auto`` is the one :func:`choose_tile` picks. ``wgmma`` is the Hopper
 kernel of ``schedules/cuda/wgmma.py`` with the tile :func:`choose_wgmma_tile` picks,
 ``wg<block_n>x<stages>`` a given one (its B is stored [N, K] whatever ``--weight-nk`` says:
-wgmma reads both operands K-major). The JSON is rewritten after every shape, so a run cut short
+wgmma reads both operands K-major). ``mk`` is the hand-written mma.sync kernel of
+``schedules/cuda/mma_gemm.py`` (B [N, K] too) with its default tile, ``mk<warps_m>x<warps_n>x
+<warp_m>x<warp_n>x<stages>`` a given one. The JSON is rewritten after every shape, so a run cut short
 keeps what it measured.
 
 Times are CUDA-event medians (``triton.testing.do_bench`` where torch runs, TVM's
@@ -32,6 +35,7 @@ from tvm import te
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tvmfuse.schedules.cuda.matmul import MmaTile, TensorCoreMatmul, choose_tile  # noqa: E402
+from tvmfuse.schedules.cuda import mma_gemm  # noqa: E402
 from tvmfuse.schedules.cuda.wgmma import WgmmaTile, gemm_kernel  # noqa: E402
 from tvm.s_tir import dlight as dl  # noqa: E402
 
@@ -95,6 +99,17 @@ def build_wgmma(m: int, n: int, k: int, tile: WgmmaTile | None):
 
     bias = tvm.tirx.decl_buffer((n,), "float16", name="bias")
     func = gemm_kernel(m, n, k, tile, epilogue=lambda acc, row, col: T.Cast(
+        "float16", acc + T.Cast("float32", bias[col])), extra=(bias,))
+    target = tvm.target.Target({**TARGET, "arch": "sm_90a"})
+    return tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline="tirx")
+
+
+def build_mma_kernel(m: int, n: int, k: int, tile: mma_gemm.MmaGemmTile | None):
+    """The hand-written mma.sync kernel with the same bias epilogue, B [N, K]."""
+    from tvm.script import tirx as T  # noqa: PLC0415
+
+    bias = tvm.tirx.decl_buffer((n,), "float16", name="bias")
+    func = mma_gemm.gemm_kernel(m, n, k, tile, epilogue=lambda acc, row, col: T.Cast(
         "float16", acc + T.Cast("float32", bias[col])), extra=(bias,))
     target = tvm.target.Target({**TARGET, "arch": "sm_90a"})
     return tvm.compile(tvm.IRModule({"main": func}), target=target, tir_pipeline="tirx")
@@ -172,7 +187,12 @@ def main() -> int:
         engines = [(spec, True) for spec in tiles] + ([] if args.no_dlight else [("dlight", False)])
         for spec, ours in engines:
             try:
-                if spec.startswith("wg"):
+                if spec.startswith("mk"):
+                    lib = build_mma_kernel(m, n, k, None if spec == "mk" else
+                                           mma_gemm.MmaGemmTile(*map(int, spec[2:].split("x"))))
+                    result = run_and_time(lib, dev, [tensors[0], b_nk, *tensors[2:]], want,
+                                          2 * m * n * k)
+                elif spec.startswith("wg"):
                     lib = build_wgmma(m, n, k, None if spec == "wgmma" else WgmmaTile(
                         *map(int, spec[2:].split("x"))))
                     result = run_and_time(lib, dev, [tensors[0], b_nk, *tensors[2:]], want,

@@ -297,9 +297,11 @@ def test_pass_replaces_kernel_and_transposes_constant_weight(dtype):
         e, relax.Call) and isinstance(e.args[0], tvm.ir.GlobalVar) else None)
     np.testing.assert_array_equal(calls[0].args[1].fields[1].value.numpy(), weight.T)
     # too few rows for the wgmma kernel's 128-row blocks, or too short a K for its pipeline
-    # (the default: K >= 128): left to the schedule rules
+    # (the default: K >= 128, or K >= 64 with 16384 rows or more): left to the schedule rules
     for declining in (UseWgmmaGemms(SM90A, min_rows=4096, min_k=64), UseWgmmaGemms(SM90A)):
         assert declining(before)["fused_gemm"].attrs.get("tvmfuse.schedule") is None
+    taking = UseWgmmaGemms(SM90A, shallow_rows=2048)(before)
+    assert taking["fused_gemm"].attrs["tvmfuse.schedule"] == "cuda.wgmma_gemm"
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")

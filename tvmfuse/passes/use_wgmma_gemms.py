@@ -8,7 +8,11 @@ kernel computes as an implicit GEMM over its NHWC input and OHWI weight) with at
 blocks are 128 rows), K of at least ``min_k`` (H200, ResNet-50's 1x1 convs at batch 32: with
 K = 64, one pipeline step, wgmma ran 56-89 TFLOP/s against mma.sync's 67-106; with K = 128-256
 on the two-block tiles of :func:`~schedules.cuda.wgmma.choose_wgmma_tile` 141-201, where the
-fused mma.sync kernels (with their residual) ran 52-120; with K = 512 223-287 against 148-180)
+fused mma.sync kernels (with their residual) ran 52-120; with K = 512 223-287 against 148-180),
+or of at least ``shallow_k`` where the GEMM has ``shallow_rows`` rows or more (session 24,
+``benchmarks/h200/min-k-ab.py``, one run each: ResNet-50 fp16 b32, whose 56x56 convs over 64
+channels have 100352 rows, 1.55 -> 1.49 ms with them on wgmma; at b1, 3136 rows, 0.44 -> 0.46:
+too few 128-row blocks to fill the SMs)
 and every call passes B as a Relax constant (wgmma reads both operands K-major; a legalized
 linear layer's weight is [K, N], so each call's constant is transposed here once). The kernel
 replaces the PrimFunc under the same name, marked scheduled, written in TIRx (lowered by TIRx's
@@ -37,17 +41,25 @@ log = logging.getLogger(__name__)
 class UseWgmmaGemms:
     """Replace each fused GEMM the wgmma kernel takes; see the module docstring."""
 
-    def __init__(self, target: tvm.target.Target, min_rows: int = 1024, min_k: int = 128):
+    def __init__(self, target: tvm.target.Target, min_rows: int = 1024, min_k: int = 128,
+                 shallow_k: int = 64, shallow_rows: int = 16384):
         self.target = target
         self.min_rows = min_rows
         self.min_k = min_k
+        self.shallow_k, self.shallow_rows = shallow_k, shallow_rows
+
+    def takes(self, found: wgmma.GemmMatch) -> bool:
+        """Whether the wgmma kernel takes the GEMM ``found`` (rows and K, see above)."""
+        deep_enough = found.k >= self.min_k or (
+            found.k >= self.shallow_k and found.m >= self.shallow_rows)
+        return found.m >= self.min_rows and deep_enough
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         matches = {}
         for gvar, func in mod.functions.items():
             if isinstance(func, tvm.tirx.PrimFunc) and not func.attrs.get(IS_SCHEDULED, False):
                 found = _match(func)
-                if found is not None and found.m >= self.min_rows and found.k >= self.min_k:
+                if found is not None and self.takes(found):
                     matches[gvar] = found
         constant = constant_arguments(mod)
         matches = {gvar: found for gvar, found in matches.items()
