@@ -40,7 +40,9 @@ class KernelTime:
     def to_json(self) -> dict:
         return {"kernel": self.name, "implementation": self.implementation,
                 "launches": self.launches, "ms": round(self.ms, 4), "flops": self.flops,
-                "gflops": None if self.gflops is None else round(self.gflops, 1)}
+                # three significant figures: a tiny kernel slowed by a busy machine (a few
+                # kFLOPs over milliseconds) is not 0.0
+                "gflops": None if self.gflops is None else float(f"{self.gflops:.3g}")}
 
 
 def kernels(mod) -> dict[str, Kernel]:

@@ -325,7 +325,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         inner = [row_inner, col_block, col_lane]
     elif len(spatial) > 1:
         row_outer, row_inner = sch.split(spatial[-2], [None, tile.rows])
-        split_rows = rows_outer and -(-cols // (tile.blocks * tile.lanes)) <= ROWS_OUTER_TILES
+        split_rows = rows_outer and static_extent(sch, col_outer) <= ROWS_OUTER_TILES
         outer = ([*spatial[:-2], row_outer, col_outer] if split_rows
                  else [col_outer, *spatial[:-2], row_outer])
         inner = [row_inner, col_block, col_lane]
@@ -568,8 +568,9 @@ def _is_plain_copy(sch: s_tir.Schedule, block) -> bool:
     def plain(indices) -> bool:
         return len(indices) == len(axes) and all(i.same_as(a) for i, a in zip(indices, axes))
 
-    return (plain(body.indices) and plain(load.indices)
-            and _elements(load.source) == _elements(body.buffer) is not None)
+    size = _elements(body.buffer)
+    return (plain(body.indices) and plain(load.indices) and size is not None
+            and _elements(load.source) == size)
 
 
 def _padding_outweighs_output(sch: s_tir.Schedule, producer, anchor) -> bool:

@@ -83,10 +83,9 @@ def vectorize_inner(sch: s_tir.Schedule, loop, lanes: int):
     vectors long (the loop then partitioned into whole vectors and a tail in narrower vectors,
     :func:`tail_pieces`: TVM runs a vector loop whose last vector is predicated one lane at a
     time, and LoopPartition leaves int64 loops alone; 197 x 77 additions took 3.5 us so, 1.8
-    partitioned with a scalar tail, Zen 4); else the
-    widest power-of-two vector of at least 4 that divides it. Returns the loop to fuse with the
-    loops around it: the one outside the vector, ``loop`` itself where it is not vectorized, or
-    None where it was partitioned."""
+    partitioned with a scalar tail, Zen 4); else the widest power-of-two vector of at least 4
+    that divides it. Returns the loop to fuse with the loops around it: the one outside the
+    vector, ``loop`` itself where it is not vectorized, or None where it was partitioned."""
     extent = static_extent(sch, loop)
     if extent is not None and extent % lanes and extent >= 2 * lanes:
         pieces = tail_pieces(extent % lanes)

@@ -21,6 +21,15 @@ def rewrite_functions(mod: tvm.IRModule, pattern, rewrite) -> tvm.IRModule:
     return updated
 
 
+def mutate_functions(mod: tvm.IRModule, rewriter: relax.PyExprMutator) -> tvm.IRModule:
+    """``rewriter`` (a mutator made over ``mod``) applied to each Relax function of ``mod`` that
+    is not a fused kernel, then the bindings it left unused dropped."""
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function) and not func.attrs.get("Primitive", False):
+            rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
+    return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
+
+
 def calls_op(expr, name: str) -> bool:
     """``expr`` is a call of the Relax operator ``name`` (e.g. ``relax.matmul``)."""
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name

@@ -32,7 +32,7 @@ from tvm import relax, te, tirx
 from tvm.relax.dpl import is_const, is_op, wildcard
 
 from ..names import OP_PATTERN, OPAQUE
-from ._rewrite import calls_op, static_shape
+from ._rewrite import calls_op, mutate_functions, static_shape
 
 #: The PrimFunc name of the input transform.
 INPUT_TRANSFORM = "space_to_depth"
@@ -87,11 +87,7 @@ class SpaceToDepthConv:
     """Rewrite eligible strided convs; see the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        rewriter = _Rewrite(mod)
-        for gvar, func in mod.functions.items():
-            if isinstance(func, relax.Function) and not func.attrs.get("Primitive", False):
-                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-        return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
+        return mutate_functions(mod, _Rewrite(mod))
 
 
 def _eligible(call: relax.Call) -> int | None:

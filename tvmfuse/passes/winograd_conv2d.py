@@ -36,7 +36,7 @@ import tvm
 from tvm import relax, te, tirx
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-from ._rewrite import static_shape
+from ._rewrite import mutate_functions, static_shape
 from ..names import OP_PATTERN, OPAQUE, WINOGRAD_INPUT, WINOGRAD_OUTPUT
 
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], "float64")
@@ -71,11 +71,7 @@ class WinogradConv2D:
     """Rewrite eligible convs into Winograd F(2x2, 3x3); see the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
-        rewriter = _Rewrite(mod)
-        for gvar, func in mod.functions.items():
-            if isinstance(func, relax.Function) and not func.attrs.get("Primitive", False):
-                rewriter.builder_.update_func(gvar, rewriter.visit_expr(func))
-        return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
+        return mutate_functions(mod, _Rewrite(mod))
 
 
 _CONV = is_op("relax.nn.conv2d")(wildcard(), is_const())
