@@ -56,8 +56,11 @@ REGISTRY = (
     RuleInfo("cuda_graph", STRATEGY, "CUDA: the runs of kernels between statically planned "
                                      "allocations captured once as CUDA graphs and replayed"),
     RuleInfo("wgmma_gemm", STRATEGY, "CUDA: fp16/bf16 GEMMs and NHWC convs (implicit GEMM, "
-             "channels % 8) of 1024 rows or more, K >= 128, over constant weights as Hopper "
-             "wgmma kernels (TMA, warp-specialized), weights [N, K]"),
+             "channels % 8) of 1024 rows or more, K >= 128 (>= 64 at 16384 rows or more), over "
+             "constant weights as Hopper wgmma kernels (TMA, warp-specialized), weights [N, K]"),
+    RuleInfo("mma_gemm", STRATEGY, "CUDA: fp16/bf16 GEMMs over constant weights that wgmma does "
+             "not take, on blocks of 64 x 64 or more, as the hand-written mma.sync kernel "
+             "(swizzled shared memory, cp.async pipeline), weights [N, K]"),
     RuleInfo("prepack_weights", STRATEGY, "CPU conv/GEMM weights packed in panels of the "
                                           "register tile, at build time"),
     RuleInfo("conv_epilogue", FUSION, "conv + bias [+ residual] [+ activation]"),

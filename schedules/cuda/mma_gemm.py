@@ -99,13 +99,46 @@ class MmaGemmTile:
             raise ValueError(f"{self} needs {self.shared_bytes()} bytes of shared memory")
 
 
+def choose_tile(m: int, n: int, k: int, sms: int = 132) -> MmaGemmTile | None:
+    """This kernel's tile for an ``m x n`` GEMM summed over ``k``, or None where the
+    TVM-scheduled kernel (``matmul.py``) should keep it: the block size that kernel's
+    :func:`~matmul.choose_tile` picks (the one filling the SMs best), here as 4 warps of a
+    quarter of it each and 4 stages, a 128 x 128 block over 256 columns or more as 128 x 256
+    (8 warps of 64 x 64); None where that block is narrower than 64 rows or columns.
+
+    H200, fp16 + bias (session 24, ``benchmarks/h200/session24/cuda-gemm-small.json``,
+    TFLOP/s, this kernel against ``matmul.py``'s on the same block): 64 x 64 blocks at BERT's
+    batch-1 QKV and FFN1 (128 x 2304 / 3072 x 768) 69.5 / 90.8 against 51.8 / 65.9; 128 x 64 at
+    ViT's FFN1 (197 x 3072 x 768) 106.8 against 65.4; 784 x 512 x 128 level (25.6 / 25.8);
+    4096 rows on 128 x 128: 283-383 against 207-353. Where ``matmul.py`` picks 32-wide blocks
+    (N = 768 at 128 rows, the classifier, 49 rows) this kernel's 64-wide ones filled fewer SMs
+    and ran slower (35.6 against 46.8 at 128 x 768 x 3072)."""
+    from .matmul import choose_tile as tvm_scheduled_tile  # noqa: PLC0415
+
+    block = tvm_scheduled_tile(1, m, n, k, sms)
+    if block.block_m < 64 or block.block_n < 64:
+        return None
+    if (block.block_m, block.block_n) == (128, 128) and n >= 256:
+        return MmaGemmTile()
+    return MmaGemmTile(2, 2, block.block_m // 2, block.block_n // 2, 4)
+
+
 def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                 out_dtype: str = "float16", in_dtype: str = "float16",
                 epilogue: Epilogue | None = None,
-                extra: tuple[tvm.tirx.Buffer, ...] = ()) -> tvm.tirx.PrimFunc:
+                extra: tuple[tvm.tirx.Buffer, ...] = (),
+                a_shape: tuple | None = None, b_shape: tuple | None = None,
+                c_shape: tuple | None = None, conv=None,
+                row_views: dict | None = None) -> tvm.tirx.PrimFunc:  # noqa: ARG001
     """The TIRx PrimFunc ``(A [m, k], B [n, k], *extra, C [m, n])``: ``epilogue(acc, row, col)``
     gives the value stored at C[row, col] (by default the accumulator cast to ``out_dtype``),
-    reading the buffers ``extra``, which become parameters (as :func:`wgmma.gemm_kernel`)."""
+    reading the buffers ``extra``, which become parameters; ``a_shape``, ``b_shape`` and
+    ``c_shape`` declare the operands with leading axes, as :func:`wgmma.gemm_kernel`'s (whose
+    arguments these are, so that ``GemmMatch.kernel`` builds either). No implicit-GEMM convs
+    (``conv``); ``row_views`` are left unset: the epilogue reads its buffers by their own
+    index."""
+    if conv is not None:
+        raise ValueError("the mma.sync kernel computes GEMMs only, not implicit-GEMM convs")
     tile = tile or MmaGemmTile()
     tile.validate()
     if k % 8:
@@ -131,9 +164,12 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
     # fmt: off
     @T.prim_func(check_well_formed=False)  # the epilogue's buffers are added as parameters below
     def kernel(a_handle: T.handle, b_handle: T.handle, c_handle: T.handle):
-        A = T.match_buffer(a_handle, (m, k), in_dtype, align=16)
-        B = T.match_buffer(b_handle, (n, k), in_dtype, align=16)
-        C = T.match_buffer(c_handle, (m, n), out_dtype, align=16)
+        A_param = T.match_buffer(a_handle, a_shape or (m, k), in_dtype, align=16)
+        B_param = T.match_buffer(b_handle, b_shape or (n, k), in_dtype, align=16)
+        C_param = T.match_buffer(c_handle, c_shape or (m, n), out_dtype, align=16)
+        A = T.decl_buffer((m, k), in_dtype, data=A_param.data)
+        B = T.decl_buffer((n, k), in_dtype, data=B_param.data)
+        C = T.decl_buffer((m, n), out_dtype, data=C_param.data)
         T.device_entry()
         bid = T.cta_id([tiles_m * tiles_n])
         tid = T.thread_id([threads])

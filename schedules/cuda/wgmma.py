@@ -477,8 +477,11 @@ class GemmMatch:
         """B's position among the kernel's parameters."""
         return [p.same_as(self.b) for p in self.func.params].index(True)
 
-    def kernel(self, tile: WgmmaTile | None = None) -> tvm.tirx.PrimFunc:
-        """The TIRx kernel, its parameters in the fused kernel's order (B now [N, K])."""
+    def kernel(self, tile=None, build: Callable | None = None) -> tvm.tirx.PrimFunc:
+        """The TIRx kernel, its parameters in the fused kernel's order (B now [N, K]);
+        ``build`` writes it (by default this file's :func:`gemm_kernel` with ``tile``, a
+        :class:`WgmmaTile`; ``mma_gemm.gemm_kernel`` with a ``MmaGemmTile`` takes the same
+        arguments)."""
         extents = [int(d) for d in self.out.shape[:-1]]
         # the epilogue's other buffers declared anew, as TIRx declares buffers (those of the
         # s_tir kernel have no layout, which TIRx's FlattenBuffer cannot place)
@@ -513,7 +516,7 @@ class GemmMatch:
 
             return _rebuild(self.value, on_load, bound, fresh)
 
-        func = gemm_kernel(self.m, self.n, self.k, tile, out_dtype=str(self.out.dtype),
+        func = (build or gemm_kernel)(self.m, self.n, self.k, tile, out_dtype=str(self.out.dtype),
                            in_dtype=str(self.a.dtype), epilogue=epilogue,
                            extra=tuple(new for _, new in fresh),
                            a_shape=tuple(int(d) for d in self.a.shape),

@@ -96,3 +96,86 @@ def test_numbers_against_numpy(m, n, k, tile, dtype):
     assert np.isfinite(got).all(), "outputs left unwritten"
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < (
         2e-3 if dtype == "float16" else 8e-3)
+
+
+def _pass_input(m, n, k, lead=(1,), dtype="float16"):
+    """A Relax module calling a fused linear layer + bias + GELU (``test_cuda_wgmma._fused``)
+    with a constant weight [K, N], as LegalizeOps writes it; and that weight."""
+    from tvm import relax  # noqa: PLC0415
+
+    from conftest import relax_main  # noqa: PLC0415
+    from test_cuda_wgmma import _fused  # noqa: PLC0415
+
+    rng = np.random.default_rng(1)
+    store = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    weight = rng.standard_normal((k, n)).astype(store)
+    bias = rng.standard_normal(n).astype(store)
+
+    def body(bb, x):
+        gvar = bb.add_func(_fused(m, n, k, lead=lead, dtype=dtype), "fused_gemm")
+        return relax.call_tir(gvar, [x, relax.const(weight, dtype), relax.const(bias, dtype)],
+                              relax.TensorType((*lead, m, n), dtype))
+
+    return relax_main({"x": (*lead, m, k)}, body, dtype), weight, bias
+
+
+def test_pass_places_gemms_wgmma_leaves_on_the_mma_kernel(tmp_path):
+    from tvmfuse.passes import UseWgmmaGemms  # noqa: PLC0415
+
+    sm90a = tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": "llvm"})
+    # BERT's batch-1 QKV: 128 rows, too few for wgmma; 64 x 64 blocks
+    before, weight, _ = _pass_input(128, 2304, 768)
+    assert UseWgmmaGemms(sm90a)(before)["fused_gemm"].attrs.get("tvmfuse.schedule") is None
+    after = UseWgmmaGemms(sm90a, mma=True)(before)
+    kernel = after["fused_gemm"]
+    assert kernel.attrs["tvmfuse.schedule"] == "cuda.mma_gemm"
+    assert [int(d) for d in kernel.params[1].shape] == [2304, 768]  # the weight now [N, K]
+    calls = _kernel_calls(after["main"])
+    np.testing.assert_array_equal(calls[0].args[1].fields[1].value.numpy(), weight.T)
+    source = _source(kernel.without_attr("target"))
+    # the fused epilogue (GELU's erf) on the accumulators, 4 warps of 32 x 32
+    assert "erff(" in source and "__launch_bounds__(128)" in source
+    nvcc_compiles(source, tmp_path, arch="sm_90")
+    # a block narrower than 64 (N = 768 at 128 rows: 32 x 32 blocks fill more SMs) stays
+    narrow, _, _ = _pass_input(128, 768, 3072)
+    assert UseWgmmaGemms(sm90a, mma=True)(narrow)["fused_gemm"].attrs.get(
+        "tvmfuse.schedule") is None
+
+
+def _kernel_calls(func):
+    from tvm import relax  # noqa: PLC0415
+
+    found = []
+    relax.analysis.post_order_visit(func, lambda e: found.append(e) if isinstance(
+        e, relax.Call) and isinstance(e.args[0], tvm.ir.GlobalVar) else None)
+    return found
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
+@pytest.mark.parametrize("m,n,k,lead,dtype", [
+    (128, 2304, 768, (1,), "float16"), (197, 3072, 768, (1,), "float16"),
+    (100, 520, 264, (3,), "bfloat16")])
+def test_fused_kernel_numbers_against_numpy(m, n, k, lead, dtype):
+    """The kernel the pass makes from a fused linear layer (leading axes, bias, GELU)."""
+    import math  # noqa: PLC0415
+
+    from tvmfuse.passes import UseWgmmaGemms  # noqa: PLC0415
+
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": "llvm"})
+    before, weight, bias = _pass_input(m, n, k, lead, dtype)
+    kernel = UseWgmmaGemms(target, mma=True)(before)["fused_gemm"]
+    assert kernel.attrs["tvmfuse.schedule"] == "cuda.mma_gemm"
+    lib = tvm.compile(tvm.IRModule({"main": kernel.without_attr("target")}), target=target,
+                      tir_pipeline="tirx")
+    store = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    a = np.random.default_rng(m).standard_normal((*lead, m, k)).astype(store)
+    dev = tvm.cuda(0)
+    out = tvm.runtime.tensor(np.full((*lead, m, n), np.nan, store), dev)
+    lib["main"](*(tvm.runtime.tensor(x, dev) for x in (
+        a, np.ascontiguousarray(weight.T), bias)), out)
+    pre = a.astype("float32") @ weight.astype("float32") + bias.astype("float32")
+    want = pre * 0.5 * (1 + np.vectorize(math.erf)(pre / np.sqrt(2)))
+    got = out.numpy().astype("float32")
+    assert np.isfinite(got).all(), "outputs left unwritten"
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < (
+        2e-3 if dtype == "float16" else 8e-3)

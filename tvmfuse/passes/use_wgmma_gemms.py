@@ -19,6 +19,12 @@ replaces the PrimFunc under the same name, marked scheduled, written in TIRx (lo
 pipeline, see :func:`tvmfuse.pipeline.lower`) and bound to ``sm_90a``, the architecture wgmma
 needs.
 
+With ``mma`` (rule ``mma_gemm``), a fused GEMM (not a conv with a window) over a constant
+weight that the wgmma kernel does not take becomes the hand-written mma.sync kernel
+(``schedules/cuda/mma_gemm.py``, the same epilogue, its weight transposed the same way) where
+:func:`~schedules.cuda.mma_gemm.choose_tile` gives it a tile (blocks of 64 x 64 or more: BERT's
+batch-1 QKV and FFN1, ViT's FFN1); the rest are left to the schedule rules.
+
 Preconditions: after FuseTIR, before the schedule rules (which skip what it marked scheduled).
 """
 
@@ -31,7 +37,7 @@ import tvm
 from tvm import relax
 
 from ..names import IS_SCHEDULED, SCHEDULE, TIRX_KERNEL
-from ..schedules.cuda import wgmma
+from ..schedules.cuda import mma_gemm, wgmma
 from ._rewrite import constant_arguments
 
 log = logging.getLogger(__name__)
@@ -42,11 +48,13 @@ class UseWgmmaGemms:
     """Replace each fused GEMM the wgmma kernel takes; see the module docstring."""
 
     def __init__(self, target: tvm.target.Target, min_rows: int = 1024, min_k: int = 128,
-                 shallow_k: int = 64, shallow_rows: int = 16384):
+                 shallow_k: int = 64, shallow_rows: int = 16384, wgmma: bool = True,
+                 mma: bool = False):
         self.target = target
         self.min_rows = min_rows
         self.min_k = min_k
         self.shallow_k, self.shallow_rows = shallow_k, shallow_rows
+        self.wgmma, self.mma = wgmma, mma
 
     def takes(self, found: wgmma.GemmMatch) -> bool:
         """Whether the wgmma kernel takes the GEMM ``found`` (rows and K, see above)."""
@@ -55,15 +63,21 @@ class UseWgmmaGemms:
         return found.m >= self.min_rows and deep_enough
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        matches = {}
+        matches = {}  # GlobalVar -> (match, the mma kernel's tile or None for wgmma)
         for gvar, func in mod.functions.items():
             if isinstance(func, tvm.tirx.PrimFunc) and not func.attrs.get(IS_SCHEDULED, False):
                 found = _match(func)
-                if found is not None and self.takes(found):
-                    matches[gvar] = found
+                if found is None:
+                    continue
+                if self.wgmma and self.takes(found):
+                    matches[gvar] = (found, None)
+                elif self.mma and found.conv is None:
+                    tile = mma_gemm.choose_tile(found.m, found.n, found.k)
+                    if tile is not None:
+                        matches[gvar] = (found, tile)
         constant = constant_arguments(mod)
-        matches = {gvar: found for gvar, found in matches.items()
-                   if found.b_index in constant.get(gvar.name_hint, ())}
+        matches = {gvar: match for gvar, match in matches.items()
+                   if match[0].b_index in constant.get(gvar.name_hint, ())}
         if not matches:
             return mod
         # a PrimFunc's new signature (B is [N, K]) needs a new GlobalVar: the old one keeps the
@@ -73,13 +87,15 @@ class UseWgmmaGemms:
             del updated[gvar]
         builder = relax.BlockBuilder(updated)
         renamed = {}
-        for gvar, found in matches.items():
-            kernel = found.kernel().with_attrs({
-                IS_SCHEDULED: True, SCHEDULE: wgmma.NAME, TIRX_KERNEL: True,
+        for gvar, (found, tile) in matches.items():
+            kernel = found.kernel() if tile is None else found.kernel(tile, mma_gemm.gemm_kernel)
+            name = wgmma.NAME if tile is None else mma_gemm.NAME
+            kernel = kernel.with_attrs({
+                IS_SCHEDULED: True, SCHEDULE: name, TIRX_KERNEL: True,
                 "target": self.target, "global_symbol": gvar.name_hint})
             renamed[gvar] = (builder.add_func(kernel, gvar.name_hint),
                              found.b_index if found.b_kn else None)
-            log.debug("%s: wgmma GEMM %dx%dx%d", gvar.name_hint, found.m, found.n, found.k)
+            log.debug("%s: %s GEMM %dx%dx%d", gvar.name_hint, name, found.m, found.n, found.k)
         return _redirect_calls(builder.get(), renamed)
 
 

@@ -33,11 +33,14 @@ class CudaStrategy(Strategy):
 
     def kernel_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
         """Large fp16 GEMMs over constant weights as Hopper wgmma kernels
-        (``schedules/cuda/wgmma.py``, rule ``wgmma_gemm``), on an sm_90a target."""
-        rule = rules["wgmma_gemm"]
-        if not rule.enabled:
+        (``schedules/cuda/wgmma.py``, rule ``wgmma_gemm``), on an sm_90a target; with rule
+        ``mma_gemm``, GEMMs the wgmma kernel does not take as the hand-written mma.sync kernel
+        (``schedules/cuda/mma_gemm.py``) where it has a tile for them."""
+        wgmma, mma = rules["wgmma_gemm"].enabled, rules["mma_gemm"].enabled
+        if not (wgmma or mma):
             return []
-        return [UseWgmmaGemms(tvm.target.Target({**self.target.config, "arch": "sm_90a"}))]
+        return [UseWgmmaGemms(tvm.target.Target({**self.target.config, "arch": "sm_90a"}),
+                              wgmma=wgmma, mma=mma)]
 
     def tir_pipeline(self) -> str:
         return MIXED_PIPELINE

@@ -6,6 +6,9 @@
 #   run.sh small   its smaller tiles beside the TVM-scheduled kernel at the GEMMs the wgmma
 #                  kernel leaves to mma.sync (fewer than 1024 rows: BERT b1, ViT, ResNet-50 b1's
 #                  1x1 convs, the classifier), then ResNet-50 b1 with wgmma taking K >= 64
+#   run.sh mma     what this session left for the GPU: the mma kernel's tests (the pass and the
+#                  fused-kernel numbers were added after the GPU time ran out), then BERT-base
+#                  fp16 b1 and ViT-sized GEMMs with rule mma_gemm on and off (one run each)
 #   run.sh tests|bert|mink   session 22's plan (benchmarks/h200/session22/next.sh)
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
 case "$1" in
@@ -26,6 +29,15 @@ small)
             --dtype fp16 --batch 1 --no-db --engines tvmfuse,torch-compile-cudagraphs \
             --json "$OUT/resnet50-fp16-b1-min-k-$k.json" 2>&1 | grep -v Warning | tail -3
     done ;;
+mma)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_mma_gemm.py \
+        2>&1 | tail -15 | tee "$OUT/pytest-mma-gemm.log"
+    for rules in on off; do
+        extra=(); [ $rules = on ] && extra=(--fusion-rules benchmarks/cuda-mma-gemm-on.toml)
+        timeout 200 python3 -m tvmfuse bench bert-base --batch 1 --target cuda-sm90 --dtype fp16 \
+            --no-db --engines tvmfuse,torch-compile-cudagraphs "${extra[@]}" \
+            --json "$OUT/bert-base-fp16-b1-mma-$rules.json" 2>&1 | grep -v Warning | tail -4
+    done ;;
 tests|bert|mink) bash benchmarks/h200/session22/next.sh "$1" ;;
-*) echo "usage: run.sh gemm|small|tests|bert|mink" >&2; exit 2 ;;
+*) echo "usage: run.sh gemm|small|mma|tests|bert|mink" >&2; exit 2 ;;
 esac
