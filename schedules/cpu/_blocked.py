@@ -89,6 +89,13 @@ WIDE_ROWS = {7: 8}
 #: 5 x 2 where 6 x 2 (54 rows) ran 173.2, and 50 x 768 x 3072 (CLIP's 50 tokens) 190.5 where 6 x 2
 #: ran 176.0; 197 x 768 x 768 stays 6 x 2 (186.5; 5 x 2 183.3).
 FILL_EXPONENT_16 = 0.15
+#: What a GEMM's tile in 32 registers loses where the rows are padded to whole tiles, beyond the
+#: padded rows' own share: on Zen 4 (one tile forced per build, fastest of 7 profiles, GFLOP/s,
+#: two rounds), 50 rows ran 50 x 768 x 3072 at 186-194, 50 x 3072 x 768 at 172-198 and
+#: 50 x 768 x 768 at 165-194 in 4 x 4 tiles over 52 rows, where 5 x 3 (dividing 50) ran
+#: 212-222, 217 and 216-221; at 52 rows 4 x 4 ran 209-215 / 201-206 / 205-215 (and 5 x 3 over
+#: 55, 171-190). Rows every candidate pads (197, 61) keep their choice.
+PADDED_ROWS_32 = 0.9
 
 
 def accumulator_budget(vector: Vector, tall: bool = False) -> int:
@@ -219,6 +226,8 @@ def tile_score(tile: Tile, rows: int | None, cols: int, vector: Vector,
     filled = min(tile.rows * tile.blocks, budget) / budget
     if tall and vector.registers < 32:
         filled **= FILL_EXPONENT_16
+    if tall and vector.registers >= 32 and rows and rows % tile.rows:
+        useful *= PADDED_ROWS_32
     efficiency = _block_efficiency(vector, tall).get(tile.blocks, 0.0)
     return efficiency * useful * filled * tile.lanes / vector.lanes
 
