@@ -150,10 +150,9 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
     frag_m, frag_n = tile.warp_m // 16, tile.warp_n // 8  # m16 fragments, n8 fragments
     rows_per_pass = threads // PIECES  # rows one pass of the block's copies covers
     a_passes, b_passes = bm // rows_per_pass, bn // rows_per_pass
-    # the copies of a step, (operand, pass), dealt out to the 4 slices
-    copies = [(0, p) for p in range(a_passes)] + [(1, p) for p in range(b_passes)]
-    share = -(-len(copies) // SLICES)
-    slice_copies = [copies[s * share:(s + 1) * share] for s in range(SLICES)]
+    # a step's copies (A's passes, then B's), `share` of them issued in each of its slices
+    copies = a_passes + b_passes
+    share = -(-copies // SLICES)
     ab = {"float16": "f16", "bfloat16": "bf16"}[in_dtype]
     mma = f"mma.sync.aligned.m16n8k16.row.col.f32.{ab}.{ab}.f32"
     vec = 8 if n % 8 == 0 else 1
@@ -257,7 +256,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
         def copy_share(kk, kt):
             if kt + stages - 1 < k_steps:
                 for c in T.unroll(share):
-                    if kk * share + c < len(copies):
+                    if kk * share + c < copies:
                         copy(kk * share + c, kt + stages - 1)
 
         for e in T.unroll(frag_m * frag_n * 4):
@@ -265,7 +264,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
         # the first stages - 1 steps in flight (a group a step, empty past K)
         for s in T.unroll(stages - 1):
             if s < k_steps:
-                for c in T.unroll(len(copies)):
+                for c in T.unroll(copies):
                     copy(c, s)
             T.ptx["cp.async.commit_group"]()
         T.ptx["cp.async.wait_group"](stages - 2)

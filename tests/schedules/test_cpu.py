@@ -167,13 +167,15 @@ def test_grouped_conv2d_vectors_stay_within_a_group():
     _close(_run(sch, [x, w, b], (1, 14, 14, 48)), _torch_conv_relu(x, w, b, 3, 1, groups=6))
 
 
+def _matmul_bias_relu(bb, x, w, b):
+    """``relu(x @ w + b)``: a GEMM over whatever leading axes ``x`` has, with its epilogue."""
+    return relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b)))
+
+
 def test_dense_over_a_feature_map_tiles_all_its_rows_at_once():
     # ConvNeXt's pointwise layers: [1, 14, 14, 384] @ [384, 1536] is one GEMM of 196 rows
-    def body(bb, x, w, b):
-        return relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b)))
-
     inputs = [("x", (1, 14, 14, 64)), ("w", (64, 128)), ("b", (128,))]
-    sch = cpu.Dense(VECTOR).apply(_kernel(inputs, body), None, False)
+    sch = cpu.Dense(VECTOR).apply(_kernel(inputs, _matmul_bias_relu), None, False)
     # parallel over 2 column tiles x 49 tiles of 4 rows (of 14 rows: 2 x 14 x 4 tiles, a
     # quarter of the last one empty), then the reduction, then the 4 x 4 vectors
     assert _extents(sch, "matmul_update") == [2 * 49, 64, 4, 4, 16]
@@ -185,12 +187,10 @@ def test_dense_over_a_feature_map_on_avx2_takes_a_tile_that_divides_its_rows():
     """Merged rows are not padded (their last tile predicated): on AVX2 the GEMM's six-row tile
     over 196 rows kept every tile's accumulators in memory (ConvNeXt on a Zen 3: 63 -> 113 ms);
     a tile whose rows divide 196 is taken instead, and the numbers hold."""
-    def body(bb, x, w, b):
-        return relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b)))
-
     avx2 = api.get_target("avx2")
     inputs = [("x", (1, 14, 14, 64)), ("w", (64, 128)), ("b", (128,))]
-    sch = cpu.Dense(avx2.vector).apply(_kernel(inputs, body), avx2.tvm_target(), False)
+    sch = cpu.Dense(avx2.vector).apply(_kernel(inputs, _matmul_bias_relu), avx2.tvm_target(),
+                                       False)
     rows = _extents(sch, "matmul_update")[-3]
     assert 196 % rows == 0 and rows > 1
     x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
@@ -202,11 +202,8 @@ def test_dense_over_a_7x7_map_takes_a_tile_whose_rows_divide_49():
     4 rows (nor the padded 3 x 7) divides, so the last tile was predicated and every tile kept
     its accumulators in memory (49 x 768 x 3072 + GELU on Zen 4: 128 GFLOP/s); 7 x 3 ran it
     at 223-233."""
-    def body(bb, x, w, b):
-        return relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.matmul(x, w)), b)))
-
     inputs = [("x", (1, 7, 7, 64)), ("w", (64, 96)), ("b", (96,))]
-    sch = cpu.Dense(VECTOR).apply(_kernel(inputs, body), None, False)
+    sch = cpu.Dense(VECTOR).apply(_kernel(inputs, _matmul_bias_relu), None, False)
     # parallel over 2 column tiles x 7 row tiles, the reduction, 7 rows x 3 vectors of 16
     assert _extents(sch, "matmul_update") == [2 * 7, 64, 7, 3, 16]
     x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)

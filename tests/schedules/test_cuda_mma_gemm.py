@@ -157,7 +157,7 @@ def _kernel_calls(func):
     (100, 520, 264, (3,), "bfloat16")])
 def test_fused_kernel_numbers_against_numpy(m, n, k, lead, dtype):
     """The kernel the pass makes from a fused linear layer (leading axes, bias, GELU)."""
-    import math  # noqa: PLC0415
+    from test_cuda_wgmma import check_linear_gelu  # noqa: PLC0415
 
     from tvmfuse.passes import UseWgmmaGemms  # noqa: PLC0415
 
@@ -169,13 +169,4 @@ def test_fused_kernel_numbers_against_numpy(m, n, k, lead, dtype):
                       tir_pipeline="tirx")
     store = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
     a = np.random.default_rng(m).standard_normal((*lead, m, k)).astype(store)
-    dev = tvm.cuda(0)
-    out = tvm.runtime.tensor(np.full((*lead, m, n), np.nan, store), dev)
-    lib["main"](*(tvm.runtime.tensor(x, dev) for x in (
-        a, np.ascontiguousarray(weight.T), bias)), out)
-    pre = a.astype("float32") @ weight.astype("float32") + bias.astype("float32")
-    want = pre * 0.5 * (1 + np.vectorize(math.erf)(pre / np.sqrt(2)))
-    got = out.numpy().astype("float32")
-    assert np.isfinite(got).all(), "outputs left unwritten"
-    assert np.linalg.norm(got - want) / np.linalg.norm(want) < (
-        2e-3 if dtype == "float16" else 8e-3)
+    check_linear_gelu(lib, a, weight, bias, dtype)

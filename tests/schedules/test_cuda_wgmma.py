@@ -380,12 +380,18 @@ def test_numbers_against_numpy(m, n, k, lead, dtype):
     rng = np.random.default_rng(m + n + k)
     store = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
     a, w = (rng.standard_normal(shape).astype(store) for shape in ((*lead, m, k), (k, n)))
-    bias = rng.standard_normal(n).astype(store)
+    check_linear_gelu(lib, a, w, rng.standard_normal(n).astype(store), dtype)
+
+
+def check_linear_gelu(lib, a, weight, bias, dtype):
+    """Run ``lib`` (a kernel of :func:`_fused` with its weight read [N, K]) on ``a``,
+    ``weight`` ([K, N], passed transposed) and ``bias`` on the GPU, every output first NaN, and
+    check it against NumPy in float32."""
     dev = tvm.cuda(0)
-    out = tvm.runtime.tensor(np.full((*lead, m, n), np.nan, store), dev)
-    lib["main"](*(tvm.runtime.tensor(x, dev) for x in (a, np.ascontiguousarray(w.T), bias)),
-                out)
-    pre = a.astype("float32") @ w.astype("float32") + bias.astype("float32")
+    out = tvm.runtime.tensor(np.full((*a.shape[:-1], weight.shape[1]), np.nan, a.dtype), dev)
+    lib["main"](*(tvm.runtime.tensor(x, dev) for x in (
+        a, np.ascontiguousarray(weight.T), bias)), out)
+    pre = a.astype("float32") @ weight.astype("float32") + bias.astype("float32")
     want = pre * 0.5 * (1 + np.vectorize(math.erf)(pre / np.sqrt(2)))
     got = out.numpy().astype("float32")
     assert np.isfinite(got).all(), "outputs left unwritten"
