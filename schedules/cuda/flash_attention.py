@@ -91,9 +91,9 @@ def flash_attention_kernel(shape: AttentionShape, warps: int | None = None) -> t
         for block in T.thread_binding(B * H * NQ, thread="blockIdx.x"):
             for w in T.thread_binding(warps, thread="threadIdx.y"):
                 for lane in T.thread_binding(WARP, thread="threadIdx.x"):
-                    q_sh = T.decl_buffer((BQ * R,), dtype, scope="shared", align=16)
-                    k_sh = T.decl_buffer((BLOCK_KV * R,), dtype, scope="shared", align=16)
-                    v_sh = T.decl_buffer((BLOCK_KV * R,), dtype, scope="shared", align=16)
+                    q_sh = T.decl_buffer((BQ * R,), dtype, scope="shared.dyn", align=16)
+                    k_sh = T.decl_buffer((BLOCK_KV * R,), dtype, scope="shared.dyn", align=16)
+                    v_sh = T.decl_buffer((BLOCK_KV * R,), dtype, scope="shared.dyn", align=16)
                     q_frag = T.decl_buffer((D // 2,), dtype, scope="local", align=16)
                     kv_frag = T.decl_buffer((8,), dtype, scope="local", align=16)
                     p_frag = T.decl_buffer((BLOCK_KV // 2,), dtype, scope="local", align=16)
