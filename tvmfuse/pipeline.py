@@ -141,7 +141,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         ])),
         # 3. tvmfuse's pattern rules group ops into kernels (conv/matmul epilogues, add+LayerNorm).
         Phase("fuse_patterns", relax.transform.FuseOpsByPattern(
-            fusion_patterns(rules), bind_constants=False
+            fusion_patterns(rules, family.row_norm_takes(rules)), bind_constants=False
         )),
         # 4. Legalize: every Relax op becomes a TIR PrimFunc (scans and sorts through TVM's
         #    dispatch, which LegalizeOps leaves alone; `run` names any op left); constant

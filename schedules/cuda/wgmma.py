@@ -99,6 +99,28 @@ Epilogue = Callable[["tvm.ir.PrimExpr", "tvm.ir.PrimExpr", "tvm.ir.PrimExpr"], "
 #: Buffers of C's size an epilogue may read through an [m, n] view (see :func:`gemm_kernel`).
 ROW_VIEWS = 2
 
+#: Thread blocks a cluster may hold (portable size): a row normalization spans at most this many
+#: column tiles.
+MAX_CLUSTER = 8
+#: Threads of a warp; rows of a consumer warpgroup's 64 each of its four warps normalizes.
+WARP = 32
+WARP_ROWS = WG_M // 4
+
+
+@dataclass(frozen=True)
+class RowNorm:
+    """A normalization of C's rows after the GEMM (LayerNorm, RMSNorm: ``layer_norm(x @ W + b
+    + residual)``), computed in the kernel's epilogue: the epilogue's value is the row element
+    ``x`` (of ``x_dtype``); then one or two row sums, ``term(x, row, col, sums)`` summed over
+    the row's columns (``sums``: the totals of the sums before it: LayerNorm's variance reads
+    its mean's sum); then ``output(x, row, col, sums)`` is stored. A row spans the thread
+    blocks of one cluster (one a column tile), which add their partial sums through
+    distributed shared memory."""
+
+    x_dtype: str
+    terms: tuple[Callable, ...]
+    output: Callable
+
 #: A reduction of at most this many pipeline steps (64 of K each) is shallow: see
 #: :func:`choose_wgmma_tile`.
 SHALLOW_STEPS = 4
@@ -188,7 +210,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 a_shape: tuple | None = None, b_shape: tuple | None = None,
                 c_shape: tuple | None = None,
                 conv: ConvGeometry | None = None,
-                row_views: dict | None = None) -> tvm.tirx.PrimFunc:
+                row_views: dict | None = None,
+                row_norm: RowNorm | None = None) -> tvm.tirx.PrimFunc:
     """The TIRx PrimFunc ``(A [m, k], B [n, k], *extra, C [m, n])``: ``epilogue(acc, row, col)``
     gives the value stored at C[row, col] (by default the accumulator cast to ``out_dtype``),
     reading the buffers ``extra`` (``tvm.tirx.decl_buffer``s), which become parameters.
@@ -200,7 +223,9 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     ``a_shape`` and ``c_shape`` declare A and C with leading batch axes (rows are their
     product: a linear layer's [batch, seq, features], an NHWC conv's [N, H, W, C]), ``b_shape``
     B with unit axes (a 1x1 conv's OHWI weight, [N, 1, 1, K]). With ``conv`` the kernel is that
-    conv's implicit GEMM: A is its NHWC input, B its OHWI weight, rows its output pixels."""
+    conv's implicit GEMM: A is its NHWC input, B its OHWI weight, rows its output pixels.
+    With ``row_norm`` (a :class:`RowNorm`) the epilogue's value is a row element that the
+    kernel normalizes before the store: the column tiles of a row are one cluster's blocks."""
     rows = conv.rows if conv else m  # a conv's output rows padded to whole segments
     k_steps = conv.k_steps if conv else math.ceil(k / BLOCK_K)
     tile = tile or choose_wgmma_tile(rows, n, conv=conv is not None, k_steps=k_steps)
@@ -230,6 +255,16 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     viewed = list(row_views or {})
     if len(viewed) > ROW_VIEWS:
         raise ValueError(f"{len(viewed)} row views: at most {ROW_VIEWS}")
+    # a row normalization: its sums (one or two), the cluster barriers each takes
+    norm_terms = row_norm.terms if row_norm else ()
+    cluster = tiles_n if row_norm else 1
+    if row_norm is not None:
+        if conv is not None or vec != 8 or not 1 <= len(norm_terms) <= 2:
+            raise ValueError("a row normalization needs a GEMM (not a conv) with N a multiple "
+                             "of 8 and one or two row sums")
+        if tiles_n > MAX_CLUSTER:
+            raise ValueError(f"N = {n} in {tiles_n} tiles of {bn}: a normalized row spans at "
+                             f"most {MAX_CLUSTER} (a cluster)")
 
     # fmt: off
     @T.prim_func(check_well_formed=False)  # the epilogue's buffers are added as parameters below
@@ -260,6 +295,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
         T.device_entry()
         T.attr({"tirx.launch_bounds_min_blocks_per_sm": tile.blocks_per_sm})
         bid = T.cta_id([tiles_m * tiles_n])
+        if row_norm is not None:
+            rank = T.cta_id_in_cluster([cluster])  # (a launch in clusters of `cluster` blocks)
         wg = T.warpgroup_id([consumers + 1])
         tid = T.thread_id_in_wg([WG_THREADS])
 
@@ -281,11 +318,17 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
         full = T.alloc_shared((stages,), "uint64")
         empty = T.alloc_shared((stages,), "uint64")
 
-        # grouped launch order: GROUP_M tiles of M share each tile of N
-        first_m = T.meta_var(bid // group * GROUP_M)
-        group_m = T.meta_var(T.min(tiles_m - first_m, GROUP_M))
-        tile_m = T.meta_var(first_m + bid % group % group_m)
-        tile_n = T.meta_var(bid % group // group_m)
+        if row_norm is None:
+            # grouped launch order: GROUP_M tiles of M share each tile of N
+            first_m = T.meta_var(bid // group * GROUP_M)
+            group_m = T.meta_var(T.min(tiles_m - first_m, GROUP_M))
+            tile_m = T.meta_var(first_m + bid % group % group_m)
+            tile_n = T.meta_var(bid % group // group_m)
+        else:
+            # a cluster a tile of M, its blocks the tiles of N
+            tile_m = T.meta_var(bid // cluster)
+            tile_n = T.meta_var(rank)
+            parts = T.alloc_shared((2, bm), "float32")
 
         if wg == 0 and tid == 0:
             for s in T.unroll(stages):
@@ -334,6 +377,10 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                             T.ptx["cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
                                 b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), c0, tap,
                                 tile_n * bn, T.address_of(full[s]))
+            # every thread of a cluster arrives at its barriers: the consumers' sums take one
+            # each, and one more keeps each block's partial sums until its peers have read them
+            for _ in T.unroll(len(norm_terms) + 1 if row_norm is not None else 0):
+                _cluster_barrier()
         else:
             T.ptx["setmaxnreg.inc.sync.aligned.u32"](consumer_registers)
             acc = T.alloc_local((acc_len,), "float32")
@@ -375,7 +422,80 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                     staged[wg_row + tid // 32 * 16 + tid % 32 // 4 + e // 2 * 8,
                            j * 8 + tid % 4 * 2 + e % 2] = acc[j * 4 + e]
             T.ptx.bar.sync(T.Cast("uint32", 1 + wg), T.uint32(WG_THREADS))
-            for it in T.unroll(WG_M * bn // vec // WG_THREADS):
+            if row_norm is not None:
+                # each warp normalizes 16 rows, a lane 8 columns of each (lanes past the tile
+                # idle): the row elements (the epilogue's values) go back to `staged`, each sum
+                # is a warp's shuffles, then the cluster's blocks add their partial sums in rank
+                # order (every block the same totals)
+                warp = T.meta_var(tid // WARP)
+                c = T.meta_var(tid % WARP * 8)
+                col = T.meta_var(tile_n * bn + c)
+                xv = T.alloc_local((8,), row_norm.x_dtype)
+                totals = T.alloc_local((WARP_ROWS * 2,), "float32")
+                partial = T.alloc_local((1,), "float32")
+                got = T.alloc_local((1,), "float32")
+                mapped = T.alloc_local((1,), "uint32")
+                @T.inline
+                def row_sum(step, term):
+                    """Sum ``term`` over each row; its total into ``totals[2 * i + step]``."""
+                    for i in T.unroll(WARP_ROWS):
+                        r = T.meta_var(wg_row + warp * WARP_ROWS + i)
+                        # rows past M are computed (from TMA's zeros) and never stored; their
+                        # loads read row M - 1
+                        row = T.meta_var(T.min(tile_m * bm + r, m - 1))
+                        partial[0] = T.float32(0)
+                        if c < bn and col < n:
+                            if step == 0:
+                                if len(viewed) > 0:
+                                    for e in T.vectorized(vec):
+                                        r0[e] = R0[row, col + e]
+                                    _v0 = T.meta_var(_view(row_views, viewed[0], r0, col))
+                                if len(viewed) > 1:
+                                    for e in T.vectorized(vec):
+                                        r1[e] = R1[row, col + e]
+                                    _v1 = T.meta_var(_view(row_views, viewed[1], r1, col))
+                                for e in T.unroll(vec):
+                                    xv[e] = epilogue(staged[r, c + e], row, col + e)
+                                for e in T.unroll(vec):
+                                    staged[r, c + e] = T.Cast("float32", xv[e])
+                            else:
+                                for e in T.unroll(vec):
+                                    xv[e] = T.Cast(row_norm.x_dtype, staged[r, c + e])
+                            for e in T.unroll(vec):
+                                partial[0] = partial[0] + term(xv[e], row, col + e,
+                                                               [totals[i * 2]])
+                        for lanes in T.unroll(5):
+                            partial[0] = partial[0] + T.tvm_warp_shuffle_xor(
+                                T.uint32(0xFFFFFFFF), partial[0], 16 >> lanes, WARP, WARP)
+                        if tid % WARP == 0:
+                            parts[step, r] = partial[0]
+                    _cluster_barrier()
+                    for i in T.unroll(WARP_ROWS):
+                        r = T.meta_var(wg_row + warp * WARP_ROWS + i)
+                        totals[i * 2 + step] = T.float32(0)
+                        for peer in T.unroll(cluster):
+                            T.evaluate(T.ptx.mapa.shared__cluster.u32(
+                                mapped[0], T.cuda.cvta_generic_to_shared(parts.ptr_to([step, r])),
+                                T.uint32(peer)))
+                            T.ptx["ld.shared::cluster.f32"](got[0], mapped[0])
+                            totals[i * 2 + step] = totals[i * 2 + step] + got[0]
+
+                row_sum(0, norm_terms[0])
+                if len(norm_terms) > 1:
+                    row_sum(1, norm_terms[-1])
+                for i in T.unroll(WARP_ROWS):
+                    r = T.meta_var(wg_row + warp * WARP_ROWS + i)
+                    row = T.meta_var(tile_m * bm + r)
+                    if c < bn and col < n and row < m:
+                        for e in T.unroll(vec):
+                            xv[e] = T.Cast(row_norm.x_dtype, staged[r, c + e])
+                        for e in T.unroll(vec):
+                            out[e] = row_norm.output(xv[e], row, col + e,
+                                                     [totals[i * 2], totals[i * 2 + 1]])
+                        for e in T.vectorized(vec):
+                            C[row, col + e] = out[e]
+                _cluster_barrier()  # the peers have read this block's partial sums
+            for it in T.unroll(WG_M * bn // vec // WG_THREADS if row_norm is None else 0):
                 r = T.meta_var((it * WG_THREADS + tid) // (bn // vec))
                 c = T.meta_var((it * WG_THREADS + tid) % (bn // vec) * vec)
                 row, stored = T.meta_var(_output_row(tile_m * bm + wg_row + r, m, conv))
@@ -407,6 +527,14 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                             C[row, col + e] = epilogue(staged[wg_row + r, c + e], row, col + e)
     # fmt: on
     return _with_params(kernel, extra)
+
+
+@T.inline
+def _cluster_barrier():
+    """Every thread of the cluster arrives, then waits for all (release / acquire: the shared
+    memory written before is visible to the cluster's blocks after)."""
+    T.ptx["barrier.cluster.arrive.release"]()
+    T.ptx["barrier.cluster.wait.acquire"]()
 
 
 def _view(views: dict, buffer: tvm.tirx.Buffer, source: tvm.tirx.Buffer, col=None) -> None:
@@ -471,6 +599,9 @@ class GemmMatch:
     #: Set where the kernel is an NHWC conv (A its input, B its OHWI weight) with a window
     #: or strides: the kernel computes it as an implicit GEMM.
     conv: ConvGeometry | None = None
+    #: Set where the kernel normalizes its output rows (``row_norm.RowNormMatch``): the
+    #: epilogue above then computes the row element, not the stored value.
+    row_norm: object = None
 
     @property
     def b_index(self) -> int:
@@ -498,13 +629,17 @@ class GemmMatch:
                  if [int(d) for d in old.shape] == shape and len(shape) > 2}
         views = dict(list(views.items())[:ROW_VIEWS])
 
-        def epilogue(acc, row, col):
-            flat_row, index = row, []
+        def bind(iters, row, col) -> dict:
+            """The values of a block's ``iters`` (rows..., column) at C[row, col]."""
+            index = []
             for extent in reversed(extents):
                 index.append(row % extent)
                 row = row // extent
-            values = [*reversed(index), col]
-            bound = {var: T.Cast(var.ty, value) for var, value in zip(self.iters, values)}
+            return {var: T.Cast(var.ty, value)
+                    for var, value in zip(iters, [*reversed(index), col])}
+
+        def epilogue(acc, row, col):
+            flat_row, bound = row, bind(self.iters, row, col)
 
             def on_load(load):
                 if load.source.same_as(self.accumulator):
@@ -516,13 +651,15 @@ class GemmMatch:
 
             return _rebuild(self.value, on_load, bound, fresh)
 
+        norm = {} if self.row_norm is None else {
+            "row_norm": self.row_norm.row_norm(bind, fresh)}
         func = (build or gemm_kernel)(self.m, self.n, self.k, tile, out_dtype=str(self.out.dtype),
                            in_dtype=str(self.a.dtype), epilogue=epilogue,
                            extra=tuple(new for _, new in fresh),
                            a_shape=tuple(int(d) for d in self.a.shape),
                            b_shape=None if self.b_kn else tuple(int(d) for d in self.b.shape),
                            c_shape=tuple(int(d) for d in self.out.shape), conv=self.conv,
-                           row_views=views)
+                           row_views=views, **norm)
         a, b, *_, c = func.params
         params = [a if p.same_as(self.a) else b if p.same_as(self.b) else c
                   if p.same_as(self.out) else next(new for old, new in fresh if old.same_as(p))

@@ -25,6 +25,14 @@ weight that the wgmma kernel does not take becomes the hand-written mma.sync ker
 :func:`~schedules.cuda.mma_gemm.choose_tile` gives it a tile (blocks of 64 x 64 or more: BERT's
 batch-1 QKV and FFN1, ViT's FFN1); the rest are left to the schedule rules.
 
+A GEMM whose output rows are normalized in the same kernel (``layer_norm(x @ W + b +
+residual)``, rule ``layer_norm_epilogue``; :func:`~schedules.cuda.row_norm.match_gemm_row_norm`)
+becomes the wgmma kernel with the normalization in its epilogue, a row's column tiles one
+cluster's blocks (at most :data:`~schedules.cuda.wgmma.MAX_CLUSTER`): taken as other GEMMs are
+(rows, K), and where N is a multiple of 8. :meth:`UseWgmmaGemms.takes_row_norm` is the same
+test on the shapes alone, which the fusion rule asks before it groups the ops (a group this pass
+left would go to a generic schedule).
+
 Preconditions: after FuseTIR, before the schedule rules (which skip what it marked scheduled).
 """
 
@@ -37,7 +45,7 @@ import tvm
 from tvm import relax
 
 from ..names import IS_SCHEDULED, SCHEDULE, TIRX_KERNEL
-from ..schedules.cuda import mma_gemm, wgmma
+from ..schedules.cuda import mma_gemm, row_norm, wgmma
 from ._rewrite import constant_arguments
 
 log = logging.getLogger(__name__)
@@ -57,10 +65,23 @@ class UseWgmmaGemms:
         self.wgmma, self.mma = wgmma, mma
 
     def takes(self, found: wgmma.GemmMatch) -> bool:
-        """Whether the wgmma kernel takes the GEMM ``found`` (rows and K, see above)."""
-        deep_enough = found.k >= self.min_k or (
-            found.k >= self.shallow_k and found.m >= self.shallow_rows)
-        return found.m >= self.min_rows and deep_enough
+        """Whether the wgmma kernel takes the GEMM ``found`` (rows and K, see above; N for a
+        normalized one, :meth:`takes_row_norm`)."""
+        if found.row_norm is not None:
+            return self.wgmma and self.takes_row_norm(found.m, found.n, found.k)
+        return self._deep_enough(found.m, found.k)
+
+    def _deep_enough(self, m: int, k: int) -> bool:
+        deep = k >= self.min_k or (k >= self.shallow_k and m >= self.shallow_rows)
+        return m >= self.min_rows and deep
+
+    def takes_row_norm(self, m: int, n: int, k: int) -> bool:
+        """Whether an ``m x n`` GEMM over ``k`` with its rows normalized in the epilogue is
+        taken: as another GEMM, with N a multiple of 8 in at most a cluster of column tiles."""
+        if not self._deep_enough(m, k) or n % 8:
+            return False
+        tile = wgmma.choose_wgmma_tile(m, n, k_steps=-(-k // wgmma.BLOCK_K))
+        return -(-n // tile.block_n) <= wgmma.MAX_CLUSTER
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         matches = {}  # GlobalVar -> (match, the mma kernel's tile or None for wgmma)
@@ -69,7 +90,14 @@ class UseWgmmaGemms:
                 found = _match(func)
                 if found is None:
                     continue
-                if self.wgmma and self.takes(found):
+                if found.row_norm is not None:
+                    if self.takes(found):
+                        matches[gvar] = (found, None)
+                    else:  # (the fusion rule asked takes_row_norm: a model's shapes agree)
+                        log.warning("%s: a GEMM + row normalization (%dx%dx%d) the wgmma kernel "
+                                    "does not take: left to the generic schedule",
+                                    gvar.name_hint, found.m, found.n, found.k)
+                elif self.wgmma and self.takes(found):
                     matches[gvar] = (found, None)
                 elif self.mma and found.conv is None:
                     tile = mma_gemm.choose_tile(found.m, found.n, found.k)
@@ -100,7 +128,7 @@ class UseWgmmaGemms:
 
 
 def _match(func: tvm.tirx.PrimFunc) -> wgmma.GemmMatch | None:
-    for match in (wgmma.match_gemm, wgmma.match_conv):
+    for match in (wgmma.match_gemm, wgmma.match_conv, row_norm.match_gemm_row_norm):
         for dtype in ("float16", "bfloat16"):
             found = match(func, dtype)
             if found is not None:

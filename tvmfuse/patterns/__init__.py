@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
+from tvm import relax
 from tvm.relax.transform import FusionPattern
 
 from ..rules import Rule
@@ -10,16 +14,21 @@ from .epilogue import ANCHORS, epilogue_patterns, isolate_patterns
 from .norm import add_layer_norm_patterns, layer_norm_epilogue_patterns
 
 
-def fusion_patterns(rules: dict[str, Rule]) -> list[FusionPattern]:
+def fusion_patterns(rules: dict[str, Rule],
+                    row_norm_takes: Callable[[relax.Call], bool] | None = None,
+                    ) -> list[FusionPattern]:
     """The patterns of every enabled pattern rule, highest priority first; anchors of a disabled
-    epilogue family are isolated so that the leftover FuseOps cannot fuse into them either."""
+    epilogue family are isolated so that the leftover FuseOps cannot fuse into them either.
+    ``row_norm_takes`` (a target's: see ``Strategy.row_norm_takes``) limits the
+    ``layer_norm_epilogue`` groups to the matmuls it accepts."""
     families = []
     for family in ANCHORS:
         rule = rules[family]
         patterns = (epilogue_patterns(family, rule.max_group_size) if rule.enabled
                     else isolate_patterns(family))
         families.append((rule.priority, patterns))
-    for name, make in (("layer_norm_epilogue", layer_norm_epilogue_patterns),
+    for name, make in (("layer_norm_epilogue", partial(layer_norm_epilogue_patterns,
+                                                        takes=row_norm_takes)),
                        ("add_layer_norm", add_layer_norm_patterns),
                        ("scale_mask_softmax", scale_mask_softmax_patterns),
                        ("head_matmul", head_matmul_patterns)):

@@ -11,6 +11,10 @@ finishes the GEMM's rows, then normalizes them while they are still in cache.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import tvm
+from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
@@ -25,10 +29,7 @@ def add_layer_norm_patterns(max_group_size: int) -> list[FusionPattern]:
     The narrowing joins only where nothing else reads the float32 rows: StoreNarrowed makes the
     residual read the narrowed copy (fusion would otherwise hide a value the graph still
     needs)."""
-    def operand():
-        return is_op("relax.astype")(wildcard()) | wildcard()
-
-    residual = is_op("relax.add")(operand(), operand())
+    residual = is_op("relax.add")(_operand(), _operand())
     norm = is_op("relax.nn.layer_norm")(residual, wildcard(), wildcard())
     narrowed = is_op("relax.astype")(norm)
     return [FusionPattern(f"tvmfuse.add_layer_norm.{name}", pattern, {},
@@ -36,16 +37,37 @@ def add_layer_norm_patterns(max_group_size: int) -> list[FusionPattern]:
             for name, pattern in (("narrowed", narrowed), ("affine", norm))]
 
 
-def layer_norm_epilogue_patterns(max_group_size: int) -> list[FusionPattern]:
-    """``layer_norm(matmul(x, W) [+ b] + residual)``."""
+def layer_norm_epilogue_patterns(max_group_size: int,
+                                 takes: Callable[[relax.Call], bool] | None = None,
+                                 ) -> list[FusionPattern]:
+    """``layer_norm(matmul(x, W) [+ b] + residual)``, in low-precision builds with the casts
+    :func:`add_layer_norm_patterns` takes (the GEMM's output and the residual widened, the
+    normalized rows narrowed: ``*_narrowed``); with ``takes``, only where it accepts the
+    group's matmul call (a target whose kernel for the group takes some shapes only)."""
+    limit = _at_most(max_group_size)
+
+    def check(context) -> bool:
+        if not limit(context):
+            return False
+        matmul = next((e for e in context.matched_bindings.values() if isinstance(e, relax.Call)
+                       and e.op.same_as(tvm.ir.Op.get("relax.matmul"))), None)
+        return takes is None or matmul is not None and takes(matmul)
+
     patterns = []
     for bias in (True, False):
         y = is_op("relax.matmul")(wildcard(), wildcard())
         if bias:
             y = is_op("relax.add")(y, is_const())
-        summed = is_op("relax.add")(y, wildcard())  # either operand order (dpl)
+        summed = is_op("relax.add")(is_op("relax.astype")(y) | y, _operand())
         norm = is_op("relax.nn.layer_norm")(summed, wildcard(), wildcard())
         name = "bias_add" if bias else "add"
-        patterns.append(FusionPattern(f"tvmfuse.layer_norm_epilogue.{name}", norm, {},
-                                      _at_most(max_group_size)))
+        patterns += [
+            FusionPattern(f"tvmfuse.layer_norm_epilogue.{name}_narrowed",
+                          is_op("relax.astype")(norm), {}, check),
+            FusionPattern(f"tvmfuse.layer_norm_epilogue.{name}", norm, {}, check)]
     return patterns
+
+
+def _operand():
+    """A value, or a value widened (as ToMixedPrecision leaves a LayerNorm's inputs)."""
+    return is_op("relax.astype")(wildcard()) | wildcard()

@@ -30,6 +30,12 @@ class Strategy:
         written whole, not scheduled)."""
         return []
 
+    def row_norm_takes(self, rules: dict[str, Rule]):
+        """Which matmul calls (``relax.Call -> bool``) may have their output rows normalized in
+        their kernel (rule ``layer_norm_epilogue``): float32 ones (the CPU schedule's
+        ``DenseRowNorm``, which has not met the casts of a low-precision build)."""
+        return lambda call: str(call.args[0].ty.dtype) == "float32"
+
     def tir_pipeline(self) -> str:
         """The TIR lowering pipeline (a name ``tvm.tirx.get_tir_pipeline`` knows)."""
         return "default"

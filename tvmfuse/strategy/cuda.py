@@ -4,11 +4,15 @@ kernels."""
 
 from __future__ import annotations
 
+import math
+
 import tvm
+from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from ..names import TIRX_KERNEL
 from ..passes import ApplyScheduleRules, SpaceToDepthConv, UseWgmmaGemms
+from ..passes._rewrite import static_shape
 from ..schedules.cuda.attention import attention_kernel
 from ..schedules.cuda.matmul import TensorCoreMatmul
 from ..schedules.cuda.rows import WarpRows
@@ -41,6 +45,25 @@ class CudaStrategy(Strategy):
             return []
         return [UseWgmmaGemms(tvm.target.Target({**self.target.config, "arch": "sm_90a"}),
                               wgmma=wgmma, mma=mma)]
+
+    def row_norm_takes(self, rules: dict[str, Rule]):
+        """Only the GEMMs the wgmma kernel normalizes in its epilogue (rule ``wgmma_gemm``):
+        fp16 or bf16, B a constant, shapes :meth:`UseWgmmaGemms.takes_row_norm` takes; no
+        other CUDA schedule computes a GEMM with a row reduction after it."""
+        if not rules["wgmma_gemm"].enabled:
+            return lambda call: False
+        passes = self.kernel_passes(rules)
+
+        def takes(call) -> bool:
+            x, weight = call.args
+            shape = static_shape(getattr(x.ty, "shape", None))
+            out = static_shape(getattr(call.ty, "shape", None))
+            if (shape is None or out is None or not isinstance(weight, tvm.ir.expr.Constant)
+                    or str(x.ty.dtype) not in ("float16", "bfloat16")):
+                return False
+            return passes[0].takes_row_norm(math.prod(shape[:-1]), out[-1], shape[-1])
+
+        return takes
 
     def tir_pipeline(self) -> str:
         return MIXED_PIPELINE
@@ -99,3 +122,4 @@ def _mixed_pipeline():
 
 
 tvm.tirx.compilation_pipeline.register_tir_pipeline(MIXED_PIPELINE, _mixed_pipeline)
+

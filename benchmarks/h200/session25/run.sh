@@ -4,6 +4,10 @@
 #                  pass tests, its fused-kernel numbers and the shared check_linear_gelu after
 #                  its GPU time ran out)
 #   run.sh mma     BERT-base fp16 b1 with rule mma_gemm on and off, twice alternating
+#   run.sh ln      LayerNorm in the wgmma GEMM's epilogue (schedules/cuda/row_norm.py): its
+#                  numeric tests, this session's fixed tests (attention at 128-wide heads in 4
+#                  warps, the mma pass's bf16 case); then BERT-base fp16 b32 with it (the
+#                  default) beside the CUDA-graph peer, and without it (layer-norm-epilogue-off)
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
 case "$1" in
 tests)
@@ -21,5 +25,15 @@ mma)
                 --json "$OUT/bert-base-fp16-b1-mma-$rules-$round.json" 2>&1 | grep -v Warning | tail -4
         done
     done ;;
-*) echo "usage: run.sh tests|mma" >&2; exit 2 ;;
+ln)
+    timeout 300 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_row_norm.py \
+        tests/schedules/test_cuda_flash_attention.py tests/schedules/test_cuda_mma_gemm.py \
+        -k "numbers or verifies" 2>&1 | tail -15 | tee "$OUT/pytest-ln.log"
+    timeout 240 python3 -m tvmfuse bench bert-base --batch 32 --target cuda-sm90 --dtype fp16 \
+        --no-db --engines tvmfuse,torch-compile-cudagraphs --json "$OUT/bert-base-fp16-b32-ln.json" \
+        2>&1 | grep -v Warning | tail -4
+    timeout 200 python3 -m tvmfuse bench bert-base --batch 32 --target cuda-sm90 --dtype fp16 \
+        --no-db --engines tvmfuse --fusion-rules benchmarks/layer-norm-epilogue-off.toml \
+        --json "$OUT/bert-base-fp16-b32-ln-off.json" 2>&1 | grep -v Warning | tail -3 ;;
+*) echo "usage: run.sh tests|mma|ln" >&2; exit 2 ;;
 esac
