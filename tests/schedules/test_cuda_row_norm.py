@@ -105,12 +105,21 @@ def _linear_add_norm(rows):
     return api.import_torch(LinearAddNorm().eval(), [torch.randn(1, rows, 768)])
 
 
+def _rule_on(folder):
+    """``[cuda] layer_norm_epilogue`` on (off by default: see fusion_rules.toml)."""
+    path = folder / "rules.toml"
+    path.write_text("[cuda]\nlayer_norm_epilogue = { enabled = true }\n")
+    return path
+
+
 @pytest.mark.parametrize("rows,fused", [(4096, True), (128, False)])
-def test_cuda_fuses_layer_norm_into_the_gemms_the_wgmma_kernel_takes(rows, fused):
-    """At 4096 rows the GEMM + bias + residual + LayerNorm is one wgmma kernel; at 128 (too
-    few rows for wgmma) the group is not formed and the LayerNorm keeps its own kernel."""
+def test_cuda_fuses_layer_norm_into_the_gemms_the_wgmma_kernel_takes(rows, fused, tmp_path):
+    """With the rule on, at 4096 rows the GEMM + bias + residual + LayerNorm is one wgmma
+    kernel; at 128 (too few rows for wgmma) the group is not formed and the LayerNorm keeps
+    its own kernel."""
     compiled = api.compile_model(_linear_add_norm(rows), api.get_target("cuda-sm90"),
-                                 api.BuildOptions(use_database=False, dtype="float16"))
+                                 api.BuildOptions(use_database=False, dtype="float16",
+                                                  fusion_rules=_rule_on(tmp_path)))
     rules = [group.rule for group in compiled.analysis.groups]
     assert ("tvmfuse.layer_norm_epilogue.bias_add" in rules) == fused
     norm = [name for name in compiled.analysis.kernels if "layer_norm" in name]
@@ -136,8 +145,9 @@ def _reference(a, w, bias, residual, gamma, beta, rms):
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
 @pytest.mark.parametrize("m,n,k,lead,rms,dtype", [
     (4096, 768, 768, (), False, "float16"),  # BERT-base's attention output, 4 tiles of 192
-    (1000, 1000, 520, (), False, "float16"),  # a partial last tile of rows and of columns
-    (150, 2048, 256, (2,), False, "float16"),  # 8 tiles (a full cluster), one-consumer tiles
+    (2000, 1000, 520, (), False, "float16"),  # 8 tiles of 128 (a full cluster), the last
+    #                                            partial, a partial last tile of rows
+    (2048, 1000, 256, (2,), False, "float16"),  # one-consumer tiles (K of 4 steps), 8 of 128
     (4096, 768, 3072, (), False, "bfloat16"),
     (600, 512, 384, (), True, "float16"),
 ])
@@ -165,7 +175,8 @@ def test_numbers_against_numpy(m, n, k, lead, rms, dtype):
 def test_a_build_with_the_fused_layer_norm_verifies_against_pytorch(tmp_path):
     model = _linear_add_norm(4096)
     compiled = api.compile_model(model, api.get_target("cuda-sm90"),
-                                 api.BuildOptions(use_database=False, dtype="float16"))
+                                 api.BuildOptions(use_database=False, dtype="float16",
+                                                  fusion_rules=_rule_on(tmp_path)))
     assert "cuda.wgmma_gemm" in compiled.analysis.implementations.values()
     checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
     assert max(c.rel_err for c in checks) < 1e-2
