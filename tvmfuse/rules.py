@@ -65,7 +65,9 @@ REGISTRY = (
                                           "register tile, at build time"),
     RuleInfo("conv_epilogue", FUSION, "conv + bias [+ residual] [+ activation]"),
     RuleInfo("matmul_epilogue", FUSION, "matmul + bias [+ residual] [+ activation]"),
-    RuleInfo("layer_norm_epilogue", FUSION, "matmul + bias + residual + LayerNorm"),
+    RuleInfo("layer_norm_epilogue", FUSION, "matmul + bias + residual + LayerNorm [+ casts]; "
+             "CUDA: the wgmma kernel's epilogue, a row's tiles one cluster (off there: "
+             "verified, slower in BERT b32 so far)"),
     RuleInfo("add_layer_norm", FUSION, "residual add + LayerNorm"),
     RuleInfo("scale_mask_softmax", FUSION, "attention scores: scale, mask, softmax"),
     RuleInfo("head_matmul", FUSION, "unfused attention's batched matmuls with the head split "
