@@ -17,7 +17,9 @@ import math
 from dataclasses import dataclass
 
 import tvm
-from .wgmma import GemmMatch, _inline_blocks, _is_identity, _matmul, _rebuild
+from .wgmma import (
+    GemmMatch, RowNorm, _inline_blocks, _is_identity, _matmul, _rebuild, _reduces,
+)
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,6 @@ class RowNormMatch:
     def row_norm(self, bind, fresh):
         """The kernel's :class:`~wgmma.RowNorm`: ``bind(iters, row, col)`` gives the iterators'
         values at an element, ``fresh`` pairs the fused kernel's buffers with the kernel's."""
-        from .wgmma import RowNorm  # noqa: PLC0415
-
         def reader(x, sums):
             def on_load(load):
                 if load.source.same_as(self.x):
@@ -114,10 +114,6 @@ def match_gemm_row_norm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> G
         return None
     return GemmMatch(func, a, b, out, m, n, k, b_kn, *x_value, accumulator,
                      row_norm=RowNormMatch(x, sums, *out_value))
-
-
-def _reduces(block) -> bool:
-    return any(iv.iter_type != tvm.tirx.IterVar.DataPar for iv in block.iter_vars)
 
 
 def _element(block, buffer, extents):

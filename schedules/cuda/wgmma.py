@@ -315,6 +315,20 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
             r1 = T.alloc_local((vec,), viewed[1].dtype)
         staged = T.decl_buffer((bm, bn + STAGED_PAD), "float32", data=arena.data,
                                scope="shared.dyn")
+
+        @T.inline
+        def load_row_views(row, col):
+            """The row views' elements from C[row, col] on loaded as one vector each, into
+            registers (the epilogue's reads of them then read the registers)."""
+            if len(viewed) > 0:
+                for e in T.vectorized(vec):
+                    r0[e] = R0[row, col + e]
+                _v0 = T.meta_var(_view(row_views, viewed[0], r0, col))
+            if len(viewed) > 1:
+                for e in T.vectorized(vec):
+                    r1[e] = R1[row, col + e]
+                _v1 = T.meta_var(_view(row_views, viewed[1], r1, col))
+
         full = T.alloc_shared((stages,), "uint64")
         empty = T.alloc_shared((stages,), "uint64")
 
@@ -446,14 +460,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                         partial[0] = T.float32(0)
                         if c < bn and col < n:
                             if step == 0:
-                                if len(viewed) > 0:
-                                    for e in T.vectorized(vec):
-                                        r0[e] = R0[row, col + e]
-                                    _v0 = T.meta_var(_view(row_views, viewed[0], r0, col))
-                                if len(viewed) > 1:
-                                    for e in T.vectorized(vec):
-                                        r1[e] = R1[row, col + e]
-                                    _v1 = T.meta_var(_view(row_views, viewed[1], r1, col))
+                                load_row_views(row, col)
                                 for e in T.unroll(vec):
                                     xv[e] = epilogue(staged[r, c + e], row, col + e)
                                 for e in T.unroll(vec):
@@ -501,15 +508,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 row, stored = T.meta_var(_output_row(tile_m * bm + wg_row + r, m, conv))
                 col = T.meta_var(tile_n * bn + c)
                 if stored and col + vec <= n:
-                    # the row views' elements loaded as one vector each, into registers
-                    if len(viewed) > 0:
-                        for e in T.vectorized(vec):
-                            r0[e] = R0[row, col + e]
-                        _v0 = T.meta_var(_view(row_views, viewed[0], r0, col))
-                    if len(viewed) > 1:
-                        for e in T.vectorized(vec):
-                            r1[e] = R1[row, col + e]
-                        _v1 = T.meta_var(_view(row_views, viewed[1], r1, col))
+                    load_row_views(row, col)
                     # computed into registers, then stored as one vector: TVM scalarizes a
                     # vectorized loop whose value calls a function without a vector form (GELU's
                     # erf), and with it the store (2 bytes at a time: FFN1 at half the GEMM's speed)
@@ -724,13 +723,17 @@ def _fused_blocks(func: tvm.tirx.PrimFunc, keep_producers: bool = False):
         blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
     except Exception:  # noqa: BLE001 - a kernel written without blocks is not ours to take
         return None
-    is_reduction = [any(iv.iter_type != tvm.tirx.IterVar.DataPar for iv in sch.get(b).iter_vars)
-                    for b in blocks]
+    is_reduction = [_reduces(sch.get(b)) for b in blocks]
     if sum(is_reduction) != 1 or not func.params:
         return None
     matmul = blocks[is_reduction.index(True)]
     keep = {r.source for r in sch.get(matmul).reads} if keep_producers else set()
     return (sch, matmul) if _inline_blocks(sch, matmul, func.params[-1], keep) else None
+
+
+def _reduces(block) -> bool:
+    """``block`` has a reduction axis."""
+    return any(iv.iter_type != tvm.tirx.IterVar.DataPar for iv in block.iter_vars)
 
 
 def _inline_blocks(sch, matmul, out: tvm.tirx.Buffer, keep: set = frozenset()) -> bool:
