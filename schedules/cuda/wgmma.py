@@ -258,6 +258,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     # a row normalization: its sums (one or two), the cluster barriers each takes
     norm_terms = row_norm.terms if row_norm else ()
     cluster = tiles_n if row_norm else 1
+    peer_loads = math.ceil(cluster / 2)  # remote partial sums a lane loads (see the epilogue)
     if row_norm is not None:
         if conv is not None or vec != 8 or not 1 <= len(norm_terms) <= 2:
             raise ValueError("a row normalization needs a GEMM (not a conv) with N a multiple "
@@ -447,7 +448,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 xv = T.alloc_local((8,), row_norm.x_dtype)
                 totals = T.alloc_local((WARP_ROWS * 2,), "float32")
                 partial = T.alloc_local((1,), "float32")
-                got = T.alloc_local((1,), "float32")
+                got = T.alloc_local((peer_loads,), "float32")
                 mapped = T.alloc_local((1,), "uint32")
                 @T.inline
                 def row_sum(step, term):
@@ -477,15 +478,26 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                         if tid % WARP == 0:
                             parts[step, r] = partial[0]
                     _cluster_barrier()
-                    for i in T.unroll(WARP_ROWS):
-                        r = T.meta_var(wg_row + warp * WARP_ROWS + i)
-                        totals[i * 2 + step] = T.float32(0)
-                        for peer in T.unroll(cluster):
+                    # a lane a row and half the peers (lanes 16 on the other half): every
+                    # remote load is issued before the first is added, then one shuffle adds
+                    # the halves and the warp's 16 row totals are shuffled out to every lane
+                    for j in T.unroll(peer_loads):
+                        peer = T.meta_var(tid % WARP // WARP_ROWS + 2 * j)
+                        got[j] = T.float32(0)
+                        if peer < cluster:
                             T.evaluate(T.ptx.mapa.shared__cluster.u32(
-                                mapped[0], T.cuda.cvta_generic_to_shared(parts.ptr_to([step, r])),
-                                T.uint32(peer)))
-                            T.ptx["ld.shared::cluster.f32"](got[0], mapped[0])
-                            totals[i * 2 + step] = totals[i * 2 + step] + got[0]
+                                mapped[0], T.cuda.cvta_generic_to_shared(parts.ptr_to(
+                                    [step, wg_row + warp * WARP_ROWS + tid % WARP_ROWS])),
+                                T.Cast("uint32", peer)))
+                            T.ptx["ld.shared::cluster.f32"](got[j], mapped[0])
+                    partial[0] = T.float32(0)
+                    for j in T.unroll(peer_loads):
+                        partial[0] = partial[0] + got[j]
+                    partial[0] = partial[0] + T.tvm_warp_shuffle_xor(
+                        T.uint32(0xFFFFFFFF), partial[0], WARP_ROWS, WARP, WARP)
+                    for i in T.unroll(WARP_ROWS):
+                        totals[i * 2 + step] = T.tvm_warp_shuffle(
+                            T.uint32(0xFFFFFFFF), partial[0], i, WARP, WARP)
 
                 row_sum(0, norm_terms[0])
                 if len(norm_terms) > 1:

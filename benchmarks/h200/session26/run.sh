@@ -1,0 +1,23 @@
+#!/bin/bash
+# Session 26's GPU calls (run from the project root on the host; results to $OUT):
+#   run.sh ln      the LayerNorm epilogue's numeric tests (with the remote partial sums now
+#                  loaded a lane a row, all in flight at once), then benchmarks/cuda_row_norm.py:
+#                  the fused kernel against the GEMM + LayerNorm kernel pair at BERT's shapes
+#   run.sh bert    BERT-base fp16 b32 with the rule on and off (no torch peer: its compile
+#                  alone takes ~60 s; session 25's peer: 2.71 ms)
+OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
+case "$1" in
+ln)
+    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_row_norm.py \
+        2>&1 | tail -8 | tee "$OUT/pytest-ln.log"
+    timeout 330 python3 benchmarks/cuda_row_norm.py --tiles auto,192x3x1x2,128x4x2x1 \
+        --json "$OUT/cuda-row-norm.json" 2>&1 | grep -v Warning ;;
+bert)
+    for rules in on off; do
+        extra=(); [ $rules = on ] && extra=(--fusion-rules benchmarks/cuda-layer-norm-epilogue-on.toml)
+        timeout 290 python3 -m tvmfuse bench bert-base --batch 32 --target cuda-sm90 --dtype fp16 \
+            --no-db --engines tvmfuse "${extra[@]}" \
+            --json "$OUT/bert-base-fp16-b32-ln-$rules.json" 2>&1 | grep -v Warning | tail -3
+    done ;;
+*) echo "usage: run.sh ln|bert" >&2; exit 2 ;;
+esac
