@@ -91,7 +91,7 @@ def kernels(m: int, k: int, tile: WgmmaTile | None):
 
 
 def median_us(lib, dev, args) -> float:
-    timer = lib.time_evaluator("main", dev, number=50, repeat=10)
+    timer = lib.mod.time_evaluator("main", dev, number=50, repeat=10)
     return float(np.median(timer(*args).results)) * 1e6
 
 
