@@ -258,7 +258,9 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     # a row normalization: its sums (one or two), the cluster barriers each takes
     norm_terms = row_norm.terms if row_norm else ()
     cluster = tiles_n if row_norm else 1
+    value_dtype = row_norm.x_dtype if row_norm is not None else out_dtype
     peer_loads = math.ceil(cluster / 2)  # remote partial sums a lane loads (see the epilogue)
+    lane_columns = math.ceil(bn / WARP)  # columns of a row a lane sums
     if row_norm is not None:
         if conv is not None or vec != 8 or not 1 <= len(norm_terms) <= 2:
             raise ValueError("a row normalization needs a GEMM (not a conv) with N a multiple "
@@ -343,7 +345,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
             # a cluster a tile of M, its blocks the tiles of N
             tile_m = T.meta_var(bid // cluster)
             tile_n = T.meta_var(rank)
-            parts = T.alloc_shared((2, bm), "float32")
+            parts = T.alloc_shared((2, bm), "float32")  # the sums over this block's columns
+            stats = T.alloc_shared((2, bm), "float32")  # the cluster's totals
 
         if wg == 0 and tid == 0:
             for s in T.unroll(stages):
@@ -432,89 +435,18 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
             T.ptx.bar.sync(T.uint32(1), T.uint32(consumers * WG_THREADS))
             wg_row = T.meta_var((wg - 1) * WG_M)
             out = T.alloc_local((vec,), out_dtype)
+            # the epilogue's values: the stored ones, or the row elements a normalization takes
+            value = T.alloc_local((vec,), value_dtype)
             for j in T.unroll(bn // 8):
                 for e in T.unroll(4):
                     staged[wg_row + tid // 32 * 16 + tid % 32 // 4 + e // 2 * 8,
                            j * 8 + tid % 4 * 2 + e % 2] = acc[j * 4 + e]
             T.ptx.bar.sync(T.Cast("uint32", 1 + wg), T.uint32(WG_THREADS))
-            if row_norm is not None:
-                # each warp normalizes 16 rows, a lane 8 columns of each (lanes past the tile
-                # idle): the row elements (the epilogue's values) go back to `staged`, each sum
-                # is a warp's shuffles, then the cluster's blocks add their partial sums in rank
-                # order (every block the same totals)
-                warp = T.meta_var(tid // WARP)
-                c = T.meta_var(tid % WARP * 8)
-                col = T.meta_var(tile_n * bn + c)
-                xv = T.alloc_local((8,), row_norm.x_dtype)
-                totals = T.alloc_local((WARP_ROWS * 2,), "float32")
-                partial = T.alloc_local((1,), "float32")
-                got = T.alloc_local((peer_loads,), "float32")
-                mapped = T.alloc_local((1,), "uint32")
-                @T.inline
-                def row_sum(step, term):
-                    """Sum ``term`` over each row; its total into ``totals[2 * i + step]``."""
-                    for i in T.unroll(WARP_ROWS):
-                        r = T.meta_var(wg_row + warp * WARP_ROWS + i)
-                        # rows past M are computed (from TMA's zeros) and never stored; their
-                        # loads read row M - 1
-                        row = T.meta_var(T.min(tile_m * bm + r, m - 1))
-                        partial[0] = T.float32(0)
-                        if c < bn and col < n:
-                            if step == 0:
-                                load_row_views(row, col)
-                                for e in T.unroll(vec):
-                                    xv[e] = epilogue(staged[r, c + e], row, col + e)
-                                for e in T.unroll(vec):
-                                    staged[r, c + e] = T.Cast("float32", xv[e])
-                            else:
-                                for e in T.unroll(vec):
-                                    xv[e] = T.Cast(row_norm.x_dtype, staged[r, c + e])
-                            for e in T.unroll(vec):
-                                partial[0] = partial[0] + term(xv[e], row, col + e,
-                                                               [totals[i * 2]])
-                        for lanes in T.unroll(5):
-                            partial[0] = partial[0] + T.tvm_warp_shuffle_xor(
-                                T.uint32(0xFFFFFFFF), partial[0], 16 >> lanes, WARP, WARP)
-                        if tid % WARP == 0:
-                            parts[step, r] = partial[0]
-                    _cluster_barrier()
-                    # a lane a row and half the peers (lanes 16 on the other half): every
-                    # remote load is issued before the first is added, then one shuffle adds
-                    # the halves and the warp's 16 row totals are shuffled out to every lane
-                    for j in T.unroll(peer_loads):
-                        peer = T.meta_var(tid % WARP // WARP_ROWS + 2 * j)
-                        got[j] = T.float32(0)
-                        if peer < cluster:
-                            T.evaluate(T.ptx.mapa.shared__cluster.u32(
-                                mapped[0], T.cuda.cvta_generic_to_shared(parts.ptr_to(
-                                    [step, wg_row + warp * WARP_ROWS + tid % WARP_ROWS])),
-                                T.Cast("uint32", peer)))
-                            T.ptx["ld.shared::cluster.f32"](got[j], mapped[0])
-                    partial[0] = T.float32(0)
-                    for j in T.unroll(peer_loads):
-                        partial[0] = partial[0] + got[j]
-                    partial[0] = partial[0] + T.tvm_warp_shuffle_xor(
-                        T.uint32(0xFFFFFFFF), partial[0], WARP_ROWS, WARP, WARP)
-                    for i in T.unroll(WARP_ROWS):
-                        totals[i * 2 + step] = T.tvm_warp_shuffle(
-                            T.uint32(0xFFFFFFFF), partial[0], i, WARP, WARP)
-
-                row_sum(0, norm_terms[0])
-                if len(norm_terms) > 1:
-                    row_sum(1, norm_terms[-1])
-                for i in T.unroll(WARP_ROWS):
-                    r = T.meta_var(wg_row + warp * WARP_ROWS + i)
-                    row = T.meta_var(tile_m * bm + r)
-                    if c < bn and col < n and row < m:
-                        for e in T.unroll(vec):
-                            xv[e] = T.Cast(row_norm.x_dtype, staged[r, c + e])
-                        for e in T.unroll(vec):
-                            out[e] = row_norm.output(xv[e], row, col + e,
-                                                     [totals[i * 2], totals[i * 2 + 1]])
-                        for e in T.vectorized(vec):
-                            C[row, col + e] = out[e]
-                _cluster_barrier()  # the peers have read this block's partial sums
-            for it in T.unroll(WG_M * bn // vec // WG_THREADS if row_norm is None else 0):
+            # Each thread applies the epilogue to `vec` consecutive columns of rows spread over
+            # the warpgroup (its loads all independent: the compiler issues them together) and
+            # stores them as one vector; with a row normalization the values (the row elements)
+            # go back to `staged` instead, and are normalized and stored below.
+            for it in T.unroll(WG_M * bn // vec // WG_THREADS):
                 r = T.meta_var((it * WG_THREADS + tid) // (bn // vec))
                 c = T.meta_var((it * WG_THREADS + tid) % (bn // vec) * vec)
                 row, stored = T.meta_var(_output_row(tile_m * bm + wg_row + r, m, conv))
@@ -525,10 +457,14 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                     # vectorized loop whose value calls a function without a vector form (GELU's
                     # erf), and with it the store (2 bytes at a time: FFN1 at half the GEMM's speed)
                     for e in T.unroll(vec):
-                        out[e] = epilogue(staged[wg_row + r, c + e], row, col + e)
-                    for e in T.vectorized(vec):
-                        C[row, col + e] = out[e]
-                elif stored:
+                        value[e] = epilogue(staged[wg_row + r, c + e], row, col + e)
+                    if row_norm is None:
+                        for e in T.vectorized(vec):
+                            C[row, col + e] = value[e]
+                    else:
+                        for e in T.unroll(vec):
+                            staged[wg_row + r, c + e] = T.Cast("float32", value[e])
+                elif stored and row_norm is None:
                     if len(viewed) > 0:
                         _w0 = T.meta_var(_view(row_views, viewed[0], R0))
                     if len(viewed) > 1:
@@ -536,6 +472,84 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                     for e in T.serial(vec):
                         if col + e < n:
                             C[row, col + e] = epilogue(staged[wg_row + r, c + e], row, col + e)
+            if row_norm is not None:
+                # Rows past M keep their zero accumulators (from TMA's zeros): summed, never
+                # stored. Each warp sums 16 rows, lane l columns l, l + 32, ... (conflict-free
+                # shared loads), a row's partial sum across the lanes by shuffles; the cluster's
+                # blocks add their partial sums in rank order (every block the same totals),
+                # which go to `stats` for the store below, in the spread above.
+                T.ptx.bar.sync(T.Cast("uint32", 1 + wg), T.uint32(WG_THREADS))
+                warp = T.meta_var(tid // WARP)
+                lane = T.meta_var(tid % WARP)
+                totals = T.alloc_local((WARP_ROWS,), "float32")
+                partial = T.alloc_local((1,), "float32")
+                got = T.alloc_local((peer_loads,), "float32")
+                mapped = T.alloc_local((1,), "uint32")
+
+                @T.inline
+                def row_sum(step, term):
+                    """Sum ``term`` over each row; the totals into ``stats[step]`` and, where
+                    a sum follows, ``totals`` (the warp's 16 rows' in every lane)."""
+                    for i in T.unroll(WARP_ROWS):
+                        r = T.meta_var(wg_row + warp * WARP_ROWS + i)
+                        # (a term's loads at rows past M read row M - 1)
+                        row = T.meta_var(T.min(tile_m * bm + r, m - 1))
+                        partial[0] = T.float32(0)
+                        for e in T.unroll(lane_columns):
+                            c = T.meta_var(lane + WARP * e)
+                            if c < bn and tile_n * bn + c < n:
+                                partial[0] = partial[0] + term(
+                                    T.Cast(row_norm.x_dtype, staged[r, c]), row,
+                                    tile_n * bn + c, [totals[i]])
+                        for lanes in T.unroll(5):
+                            partial[0] = partial[0] + T.tvm_warp_shuffle_xor(
+                                T.uint32(0xFFFFFFFF), partial[0], 16 >> lanes, WARP, WARP)
+                        if lane == 0:
+                            parts[step, r] = partial[0]
+                    _cluster_barrier()
+                    # a lane a row and half the peers (lanes 16 on the other half): every
+                    # remote load is issued before the first is added
+                    for j in T.unroll(peer_loads):
+                        peer = T.meta_var(lane // WARP_ROWS + 2 * j)
+                        got[j] = T.float32(0)
+                        if peer < cluster:
+                            T.evaluate(T.ptx.mapa.shared__cluster.u32(
+                                mapped[0], T.cuda.cvta_generic_to_shared(parts.ptr_to(
+                                    [step, wg_row + warp * WARP_ROWS + lane % WARP_ROWS])),
+                                T.Cast("uint32", peer)))
+                            T.ptx["ld.shared::cluster.f32"](got[j], mapped[0])
+                    partial[0] = T.float32(0)
+                    for j in T.unroll(peer_loads):
+                        partial[0] = partial[0] + got[j]
+                    partial[0] = partial[0] + T.tvm_warp_shuffle_xor(
+                        T.uint32(0xFFFFFFFF), partial[0], WARP_ROWS, WARP, WARP)
+                    if lane < WARP_ROWS:
+                        stats[step, wg_row + warp * WARP_ROWS + lane] = partial[0]
+                    if step + 1 < len(norm_terms):
+                        for i in T.unroll(WARP_ROWS):
+                            totals[i] = T.tvm_warp_shuffle(
+                                T.uint32(0xFFFFFFFF), partial[0], i, WARP, WARP)
+
+                row_sum(0, norm_terms[0])
+                if len(norm_terms) > 1:
+                    row_sum(1, norm_terms[-1])
+                # this block's partial sums are read (its own last loads are done): arrive
+                # now, wait before exiting, when every peer has read them
+                T.ptx["barrier.cluster.arrive.release"]()
+                T.ptx.bar.sync(T.Cast("uint32", 1 + wg), T.uint32(WG_THREADS))
+                for it in T.unroll(WG_M * bn // vec // WG_THREADS):
+                    r = T.meta_var((it * WG_THREADS + tid) // (bn // vec))
+                    c = T.meta_var((it * WG_THREADS + tid) % (bn // vec) * vec)
+                    row = T.meta_var(tile_m * bm + wg_row + r)
+                    col = T.meta_var(tile_n * bn + c)
+                    if row < m and col < n:
+                        for e in T.unroll(vec):
+                            out[e] = row_norm.output(
+                                T.Cast(row_norm.x_dtype, staged[wg_row + r, c + e]), row,
+                                col + e, [stats[0, wg_row + r], stats[1, wg_row + r]])
+                        for e in T.vectorized(vec):
+                            C[row, col + e] = out[e]
+                T.ptx["barrier.cluster.wait.acquire"]()
     # fmt: on
     return _with_params(kernel, extra)
 

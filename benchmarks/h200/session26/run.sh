@@ -3,6 +3,9 @@
 #   run.sh ln      the LayerNorm epilogue's numeric tests (with the remote partial sums now
 #                  loaded a lane a row, all in flight at once), then benchmarks/cuda_row_norm.py:
 #                  the fused kernel against the GEMM + LayerNorm kernel pair at BERT's shapes
+#   run.sh ln2     the same after the epilogue's rewrite (the row elements computed in the plain
+#                  epilogue's spread, sums from conflict-free shared loads, the store spread
+#                  again), with tiles and row counts around the wave step (3584 -> 4096 rows)
 #   run.sh bert    BERT-base fp16 b32 with the rule on and off (no torch peer: its compile
 #                  alone takes ~60 s; session 25's peer: 2.71 ms)
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
@@ -12,6 +15,11 @@ ln)
         2>&1 | tail -8 | tee "$OUT/pytest-ln.log"
     timeout 330 python3 benchmarks/cuda_row_norm.py --tiles auto,192x3x1x2,128x4x2x1 \
         --json "$OUT/cuda-row-norm.json" 2>&1 | grep -v Warning ;;
+ln2)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_row_norm.py \
+        -k "numbers or verifies" 2>&1 | tail -8 | tee "$OUT/pytest-ln2.log"
+    timeout 330 python3 benchmarks/cuda_row_norm.py --rows 2048,3584,3840,3968,4096 \
+        --tiles auto,256x4x2x1,256x2x1x2 --json "$OUT/cuda-row-norm-2.json" 2>&1 | grep -v Warning ;;
 bert)
     for rules in on off; do
         extra=(); [ $rules = on ] && extra=(--fusion-rules benchmarks/cuda-layer-norm-epilogue-on.toml)
@@ -19,5 +27,5 @@ bert)
             --no-db --engines tvmfuse "${extra[@]}" \
             --json "$OUT/bert-base-fp16-b32-ln-$rules.json" 2>&1 | grep -v Warning | tail -3
     done ;;
-*) echo "usage: run.sh ln|bert" >&2; exit 2 ;;
+*) echo "usage: run.sh ln|ln2|bert" >&2; exit 2 ;;
 esac
