@@ -16,7 +16,8 @@ ln)
     timeout 330 python3 benchmarks/cuda_row_norm.py --tiles auto,192x3x1x2,128x4x2x1 \
         --json "$OUT/cuda-row-norm.json" 2>&1 | grep -v Warning ;;
 ln2)
-    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_row_norm.py \
+    timeout 260 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_row_norm.py \
+        tests/schedules/test_cuda_wgmma.py \
         -k "numbers or verifies" 2>&1 | tail -8 | tee "$OUT/pytest-ln2.log"
     timeout 330 python3 benchmarks/cuda_row_norm.py --rows 2048,3584,3840,3968,4096 \
         --tiles auto,256x4x2x1,256x2x1x2 --json "$OUT/cuda-row-norm-2.json" 2>&1 | grep -v Warning ;;
