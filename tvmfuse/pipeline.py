@@ -20,6 +20,7 @@ from .passes import (
     FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention, GlobalPoolToReduce,
     MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul, MergeSummedConv,
     NarrowToBFloat16, PointConvAsMatmul, PrepackWeights, StoreNarrowed, VerifyFusion,
+    WidenEpilogues,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -149,6 +150,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         #    (with a symbolic sequence the mask is not constant: FuseOps left such an item
         #    outside the kernel that computes `b`, "Var lv25 is not defined").
         Phase("legalize", tvm.transform.Sequential([
+            WidenEpilogues(),  # fp16/bf16 groups: bias and activation on the float32 sums
             _dispatch_scans(backend, tvm_target),
             relax.transform.LegalizeOps(_legalizations(family, rules, options.accumulator)),
             relax.transform.AnnotateTIROpPattern(),
