@@ -6,6 +6,9 @@
 #   run.sh ln2     the same after the epilogue's rewrite (the row elements computed in the plain
 #                  epilogue's spread, sums from conflict-free shared loads, the store spread
 #                  again), with tiles and row counts around the wave step (3584 -> 4096 rows)
+#   run.sh precision  BERT-base b32 fp16 and bf16 beside PyTorch eager and torch.compile with
+#                  CUDA graphs after WidenEpilogues (bias and GELU on the float32 sums): the
+#                  errors against PyTorch float32 (session 21: bf16 9.65e-3 vs PyTorch's 9.50e-3)
 #   run.sh bert    BERT-base fp16 b32 with the rule on and off (no torch peer: its compile
 #                  alone takes ~60 s; session 25's peer: 2.71 ms)
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
@@ -21,6 +24,12 @@ ln2)
         -k "numbers or verifies" 2>&1 | tail -8 | tee "$OUT/pytest-ln2.log"
     timeout 330 python3 benchmarks/cuda_row_norm.py --rows 2048,3584,3840,3968,4096 \
         --tiles auto,256x4x2x1,256x2x1x2 --json "$OUT/cuda-row-norm-2.json" 2>&1 | grep -v Warning ;;
+precision)
+    for dtype in fp16 bf16; do
+        timeout 285 python3 -m tvmfuse bench bert-base --batch 32 --target cuda-sm90 --dtype $dtype \
+            --no-db --engines tvmfuse,torch-eager,torch-compile-cudagraphs \
+            --json "$OUT/bert-base-$dtype-b32.json" 2>&1 | tr -d '\000' | grep -v Warning | tail -6
+    done ;;
 bert)
     for rules in on off; do
         extra=(); [ $rules = on ] && extra=(--fusion-rules benchmarks/cuda-layer-norm-epilogue-on.toml)
@@ -28,5 +37,5 @@ bert)
             --no-db --engines tvmfuse "${extra[@]}" \
             --json "$OUT/bert-base-fp16-b32-ln-$rules.json" 2>&1 | grep -v Warning | tail -3
     done ;;
-*) echo "usage: run.sh ln|ln2|bert" >&2; exit 2 ;;
+*) echo "usage: run.sh ln|ln2|precision|bert" >&2; exit 2 ;;
 esac
