@@ -67,7 +67,8 @@ REGISTRY = (
     RuleInfo("matmul_epilogue", FUSION, "matmul + bias [+ residual] [+ activation]"),
     RuleInfo("layer_norm_epilogue", FUSION, "matmul + bias + residual + LayerNorm [+ casts]; "
              "CUDA: the wgmma kernel's epilogue, a row's tiles one cluster (off there: "
-             "verified, slower in BERT b32 so far)"),
+             "verified, no faster than the kernel pair, BERT b32 past the co-resident "
+             "clusters)"),
     RuleInfo("add_layer_norm", FUSION, "residual add + LayerNorm"),
     RuleInfo("scale_mask_softmax", FUSION, "attention scores: scale, mask, softmax"),
     RuleInfo("head_matmul", FUSION, "unfused attention's batched matmuls with the head split "
