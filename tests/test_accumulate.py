@@ -49,8 +49,11 @@ def test_fp16_convs_and_matmuls_sum_in_float32_inside_their_kernel():
         options = api.BuildOptions(use_database=False, dtype="float16", accumulator=accumulator)
         built[accumulator] = api.analyze(model, api.get_target(HOST), options, until="fuse_tir")
     (wide, wide_analysis), (narrow, narrow_analysis) = built["float32"], built[None]
-    # the conv+bias+ReLU and matmul+bias+GELU groups are each one kernel either way
-    assert wide_analysis.kernels == narrow_analysis.kernels
+    # the conv+bias+ReLU and matmul+bias+GELU groups are each one kernel either way (the
+    # widened bias's cast numbers the standalone casts' names differently)
+    assert len(wide_analysis.kernels) == len(narrow_analysis.kernels)
+    assert [k for k in wide_analysis.kernels if k.startswith("fused")] == [
+        k for k in narrow_analysis.kernels if k.startswith("fused")]
     assert "fused_relax_matmul_relax_add_relax_nn_gelu" in wide_analysis.kernels
     sums = _reduction_dtypes(wide)
     convs = [k for k in sums if "conv2d" in k]

@@ -150,7 +150,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         #    (with a symbolic sequence the mask is not constant: FuseOps left such an item
         #    outside the kernel that computes `b`, "Var lv25 is not defined").
         Phase("legalize", tvm.transform.Sequential([
-            WidenEpilogues(),  # fp16/bf16 groups: bias and activation on the float32 sums
+            WidenEpilogues(options.accumulator),  # fp16/bf16: bias, activation on the sums
             _dispatch_scans(backend, tvm_target),
             relax.transform.LegalizeOps(_legalizations(family, rules, options.accumulator)),
             relax.transform.AnnotateTIROpPattern(),

@@ -148,3 +148,34 @@ def test_a_fp16_build_rounds_once_and_verifies_against_pytorch(tmp_path):
                  ).astype("float16").astype("float64")
     assert rel(got, once) < rel(got, twice) / 4
     assert max(c.rel_err for c in verify(lib, model)) < 1e-2
+
+
+class ConvLinearAct(nn.Module):
+    """A conv and a linear layer, each with its bias and ``act``, and a residual add."""
+
+    def __init__(self, act: nn.Module):
+        super().__init__()
+        self.conv, self.act = nn.Conv2d(24, 40, 3, padding=1), act
+        self.up, self.down = nn.Linear(40, 72), nn.Linear(72, 40)
+
+    def forward(self, x):
+        y = self.act(self.conv(x)).permute(0, 2, 3, 1)
+        return self.down(self.act(self.up(y))) + y
+
+
+@pytest.mark.parametrize("act,dtype", [
+    (nn.SiLU(), "float16"), (nn.Sigmoid(), "float16"), (nn.GELU("tanh"), "float16"),
+    (nn.GELU(), "float16"), (nn.SiLU(), "bfloat16"), (nn.ReLU6(), "float16"),
+])
+def test_cuda_kernels_with_each_activation_compile(act, dtype, tmp_path):
+    """Widened, sigmoid's and GELU-tanh's constants became float32 vectors of 8 lanes in the
+    TVM-scheduled GEMMs and convs, which TVM prints as CUDA that nvcc refuses: those ops stay
+    narrow (see ``_ELEMENTWISE``)."""
+    from tvmfuse.compiler import cuda_source  # noqa: PLC0415
+    from conftest import nvcc_compiles  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    model = api.import_torch(ConvLinearAct(act).eval(), [torch.randn(1, 24, 30, 30)])
+    compiled = api.compile_model(model, api.get_target("cuda-sm90"), api.BuildOptions(
+        use_database=False, dtype=dtype))
+    nvcc_compiles(cuda_source(compiled.executable), tmp_path, arch="sm_90a")
