@@ -48,6 +48,8 @@ SWIZZLE_ATOM_STRIDE = 8 * 128 // 16
 #: The register file of an SM, and the most registers a thread may have.
 REGISTER_FILE = 65536
 MAX_REGISTERS = 232
+#: Registers a consumer thread needs beyond its accumulators (ptxas, sm_90a, session 26).
+ACCUMULATOR_OVERHEAD = 26
 #: Floats of padding a staged accumulator row: rows 8 banks apart, not 32 (all in one bank).
 STAGED_PAD = 8
 #: Shared memory a block may use on sm_90 (227 KiB), less the barriers.
@@ -89,6 +91,13 @@ class WgmmaTile:
             raise ValueError(f"{self.blocks_per_sm} blocks an SM: one or two")
         if self.shared_bytes() * self.blocks_per_sm > SHARED_BYTES:
             raise ValueError(f"{self} needs {self.shared_bytes()} bytes of shared memory")
+        # two blocks an SM: the launch bound caps every thread at its share of the file before
+        # setmaxnreg moves registers, and a consumer holds its accumulators and about
+        # ACCUMULATOR_OVERHEAD more (ptxas asked 154 for 256 columns, 128 accumulators)
+        cap = REGISTER_FILE // (self.blocks_per_sm * (self.consumers + 1) * WG_THREADS)
+        if self.blocks_per_sm > 1 and self.block_n // 2 + ACCUMULATOR_OVERHEAD > cap:
+            raise ValueError(f"{self} needs about {self.block_n // 2 + ACCUMULATOR_OVERHEAD} "
+                             f"registers a thread where two blocks an SM allow {cap}")
 
 
 #: ``epilogue(acc, row, col) -> value``: the accumulator (float32) at C[row, col] to the value
