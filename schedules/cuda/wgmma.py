@@ -443,7 +443,6 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
             # column 8 * j + 2 * (lane % 4) (+ 1 for odd e).
             T.ptx.bar.sync(T.uint32(1), T.uint32(consumers * WG_THREADS))
             wg_row = T.meta_var((wg - 1) * WG_M)
-            out = T.alloc_local((vec,), out_dtype)
             # the epilogue's values: the stored ones, or the row elements a normalization takes
             value = T.alloc_local((vec,), value_dtype)
             for j in T.unroll(bn // 8):
@@ -494,6 +493,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 partial = T.alloc_local((1,), "float32")
                 got = T.alloc_local((peer_loads,), "float32")
                 mapped = T.alloc_local((1,), "uint32")
+                out = T.alloc_local((vec,), out_dtype)  # the normalized values
 
                 @T.inline
                 def row_sum(step, term):

@@ -30,6 +30,27 @@ def mutate_functions(mod: tvm.IRModule, rewriter: relax.PyExprMutator) -> tvm.IR
     return relax.transform.DeadCodeElimination()(rewriter.builder_.get())
 
 
+#: The narrow float types of fp16 and bf16 builds (their matmuls and convs sum in float32).
+NARROW_FLOATS = ("float16", "bfloat16")
+
+
+def _matmul(call: relax.Call, dtype: str) -> relax.Expr:
+    return relax.op.matmul(*call.args, out_dtype=dtype)
+
+
+def _conv2d(call: relax.Call, dtype: str) -> relax.Expr:
+    a = call.attrs
+    return relax.op.nn.conv2d(*call.args, strides=a.strides, padding=a.padding,
+                              dilation=a.dilation, groups=a.groups, data_layout=a.data_layout,
+                              kernel_layout=a.kernel_layout, out_layout=a.out_layout,
+                              out_dtype=dtype)
+
+
+#: The ops that sum products, each with how to write a call of it again with another
+#: ``out_dtype`` (its sums' type): what the float32 accumulation of narrow builds rewrites.
+WITH_OUT_DTYPE = {"relax.matmul": _matmul, "relax.nn.conv2d": _conv2d}
+
+
 def calls_op(expr, name: str) -> bool:
     """``expr`` is a call of the Relax operator ``name`` (e.g. ``relax.matmul``)."""
     return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name

@@ -22,10 +22,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ._rewrite import calls_op
-
-#: Narrow storage dtypes a float32 value may have a copy in.
-_NARROW = ("float16", "bfloat16")
+from ._rewrite import NARROW_FLOATS, calls_op
 
 
 @tvm.transform.module_pass(opt_level=0, name="StoreNarrowed")
@@ -67,7 +64,7 @@ def _narrowings(func: relax.Function) -> dict[relax.Var, relax.VarBinding]:
                 relax.analysis.post_order_visit(
                     binding.value, lambda e: leaving.add(e) if isinstance(e, relax.Var) else None)
             value = binding.value
-            if (calls_op(value, "relax.astype") and str(value.attrs.dtype) in _NARROW
+            if (calls_op(value, "relax.astype") and str(value.attrs.dtype) in NARROW_FLOATS
                     and isinstance(value.args[0], relax.DataflowVar)
                     and str(value.args[0].ty.dtype) == "float32"):
                 first.setdefault(value.args[0], binding)

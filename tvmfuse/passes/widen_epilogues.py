@@ -23,21 +23,10 @@ import math
 import tvm
 from tvm import relax
 
-from ._rewrite import static_shape
+from ._rewrite import NARROW_FLOATS, WITH_OUT_DTYPE, static_shape
 
-#: Storage types whose epilogues are widened.
-NARROW = ("float16", "bfloat16")
 #: The sums' type by default.
 WIDE = "float32"
-#: Ops whose anchors' sums are widened, with how to write one with another ``out_dtype``.
-_ANCHORS = {
-    "relax.matmul": lambda call, dtype: relax.op.matmul(*call.args, out_dtype=dtype),
-    "relax.nn.conv2d": lambda call, dtype: relax.op.nn.conv2d(
-        *call.args, strides=call.attrs.strides, padding=call.attrs.padding,
-        dilation=call.attrs.dilation, groups=call.attrs.groups,
-        data_layout=call.attrs.data_layout, kernel_layout=call.attrs.kernel_layout,
-        out_layout=call.attrs.out_layout, out_dtype=dtype),
-}
 #: Elementwise ops an epilogue computes in float32: the bias (or a folded scale) and the
 #: activations whose float32 form every CUDA schedule compiles. Not ReLU and ReLU6's maximum and
 #: minimum: rounding to nearest is monotonic and keeps zero, so they give the same narrow result
@@ -74,16 +63,16 @@ class WidenEpilogues:
 
 def _widened_chain(func: relax.Function) -> tuple[set, set]:
     """The group's bindings computed in float32 (a narrow anchor and the elementwise ops after
-    it that read only it, their float32 predecessors and small or constant operands), and those
-    of them read outside that chain (rounded to the narrow type there)."""
+    it that read only it, their float32 predecessors and small tensors: a bias), and those of
+    them read outside that chain (rounded to the narrow type there)."""
     wide, narrowed = set(), set()
     for binding in func.body.blocks[0].bindings:
         value = binding.value
         if not isinstance(value, relax.Call) or not isinstance(value.op, tvm.ir.Op):
             continue
-        if value.op.name in _ANCHORS and str(value.ty.dtype) in NARROW:
+        if value.op.name in WITH_OUT_DTYPE and str(value.ty.dtype) in NARROW_FLOATS:
             wide.add(binding.var)
-        elif value.op.name in _ELEMENTWISE and str(value.ty.dtype) in NARROW and any(
+        elif value.op.name in _ELEMENTWISE and str(value.ty.dtype) in NARROW_FLOATS and any(
                 arg in wide for arg in value.args) and all(
                 arg in wide or _broadcast(arg, value) for arg in value.args):
             wide.add(binding.var)
@@ -118,8 +107,8 @@ class _Widen(relax.PyExprMutator):
             super().visit_var_binding_(binding)
             return
         value = binding.value
-        if value.op.name in _ANCHORS:
-            call = _ANCHORS[value.op.name](self.visit_expr(value), self.accumulator)
+        if value.op.name in WITH_OUT_DTYPE:
+            call = WITH_OUT_DTYPE[value.op.name](self.visit_expr(value), self.accumulator)
         else:
             call = relax.Call(value.op, [self._wide(arg) for arg in value.args], value.attrs,
                               value.ty_args)

@@ -21,24 +21,7 @@ from collections.abc import Callable
 import tvm
 from tvm import relax, topi
 
-#: Storage precisions whose sums are widened.
-LOW_PRECISION = ("float16", "bfloat16")
-
-
-def _matmul(call: relax.Call, dtype: str) -> relax.Expr:
-    return relax.op.matmul(*call.args, out_dtype=dtype)
-
-
-def _conv2d(call: relax.Call, dtype: str) -> relax.Expr:
-    a = call.attrs
-    return relax.op.nn.conv2d(*call.args, strides=a.strides, padding=a.padding,
-                              dilation=a.dilation, groups=a.groups, data_layout=a.data_layout,
-                              kernel_layout=a.kernel_layout, out_layout=a.out_layout,
-                              out_dtype=dtype)
-
-
-#: The ops widened, each with how to write it again with another ``out_dtype``.
-_REWRITE = {"relax.matmul": _matmul, "relax.nn.conv2d": _conv2d}
+from ..passes._rewrite import NARROW_FLOATS, WITH_OUT_DTYPE
 
 
 def legalizations(overrides: dict, accumulator: str = "float32") -> dict:
@@ -46,7 +29,7 @@ def legalizations(overrides: dict, accumulator: str = "float32") -> dict:
     over the legalization it replaces: ``overrides``' for that op where it has one (a target's
     own), else TVM's."""
     widened = {}
-    for name, rewrite in _REWRITE.items():
+    for name, rewrite in WITH_OUT_DTYPE.items():
         inner = overrides.get(name) or tvm.ir.Op.get(name).get_attr("FLegalize")
         widened[name] = _widened(inner, rewrite, accumulator)
     return widened
@@ -55,7 +38,7 @@ def legalizations(overrides: dict, accumulator: str = "float32") -> dict:
 def _widened(inner: Callable, rewrite: Callable, accumulator: str) -> Callable:
     def legalize(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         dtype = call.ty.dtype
-        if dtype not in LOW_PRECISION:
+        if dtype not in NARROW_FLOATS:
             return inner(bb, call)
         wide = bb.emit(inner(bb, bb.normalize(rewrite(call, accumulator))))
         return bb.call_te(topi.cast, wide, dtype, primfunc_name_hint="round_sum")
