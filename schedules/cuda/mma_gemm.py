@@ -67,6 +67,8 @@ class MmaGemmTile:
     #: Where in a slice its share of the next step's copies is issued: before the next
     #: slice's fragment loads (0), between them and the mmas (1), after the mmas (2).
     copy_at: int = 0
+    #: Unroll the K loop by ``stages`` steps (the pipeline slots become constants).
+    unroll: bool = False
 
     @property
     def block_m(self) -> int:
@@ -147,6 +149,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
     tiles_m, tiles_n = math.ceil(m / bm), math.ceil(n / bn)
     group = GROUP_M * tiles_n
     k_steps = math.ceil(k / BLOCK_K)
+    # the steps whose copies are all inside K (taken `stages` at a time when unrolled)
+    main_steps = max(0, k_steps - (stages - 1)) // stages * stages
     frag_m, frag_n = tile.warp_m // 16, tile.warp_n // 8  # m16 fragments, n8 fragments
     rows_per_pass = threads // PIECES  # rows one pass of the block's copies covers
     a_passes, b_passes = bm // rows_per_pass, bn // rows_per_pass
@@ -269,8 +273,9 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
             T.ptx["cp.async.commit_group"]()
         T.ptx["cp.async.wait_group"](stages - 2)
         T.cuda.cta_sync()
-        load_fragments(0, 0, 0)
-        for kt in T.serial(k_steps):
+
+        @T.inline
+        def step(kt):
             for kk in T.unroll(SLICES):
                 # a share of step kt + stages - 1's copies, into the slot step kt - 1 read
                 # (every warp is past it: the barrier below, in step kt - 1)
@@ -294,6 +299,20 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                     if kt + 1 < k_steps:
                         load_fragments(0, kt + 1, 0)
                     mmas(kk % 2)
+
+        load_fragments(0, 0, 0)
+        if tile.unroll:
+            # `stages` steps an iteration: the slots are constants (addresses a base plus
+            # immediates), and the guards on the steps past K fold away
+            for kt0 in T.serial(main_steps // stages):
+                for s in T.unroll(stages):
+                    step(kt0 * stages + s)
+            for s in T.unroll(k_steps - main_steps):
+                step(main_steps + s)
+        else:
+            for kt in T.serial(k_steps):
+                step(kt)
+
         T.ptx["cp.async.wait_group"](0)
         T.cuda.cta_sync()
 

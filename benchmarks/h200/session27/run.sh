@@ -1,0 +1,38 @@
+#!/bin/bash
+# Session 27's GPU calls (run from the project root on the host; results to $OUT):
+#   run.sh gemm       the mma.sync GEMM's numeric tests (with the K loop unrolled by its stages,
+#                     new), then 4096^3 and BERT b32's GEMMs on the default tile with and without
+#                     the unrolling, twice each, beside torch.matmul (benchmarks/cuda_gemm.py)
+#   run.sh precision  BERT-base b32 fp16 and bf16 beside torch.compile with CUDA graphs and eager
+#                     with the final WidenEpilogues (session 26 measured its first version)
+#   run.sh ncu        Nsight Compute's full set on one launch of the unrolled kernel at 4096^3
+OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
+UNROLLED=mk2x4x64x64x4x0x1
+case "$1" in
+gemm)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_mma_gemm.py \
+        2>&1 | tail -15 | tee "$OUT/pytest-mma-gemm.log"
+    timeout 360 python3 benchmarks/cuda_gemm.py --no-dlight --weight-nk \
+        --shapes "4096,4096,4096;4096,3072,768;4096,768,3072;4096,2304,768;4096,4096,4096" \
+        --tiles "mk,$UNROLLED,mk,$UNROLLED" \
+        --json "$OUT/cuda-gemm.json" 2>&1 | grep -v Warning | tee "$OUT/gemm.log" ;;
+precision)
+    for dtype in fp16 bf16; do
+        timeout 290 python3 -m tvmfuse bench bert-base --batch 32 --target cuda-sm90 --dtype $dtype \
+            --no-db --engines tvmfuse,torch-eager,torch-compile-cudagraphs \
+            --json "$OUT/bert-base-$dtype-b32.json" 2>&1 | tr -d '\000' | grep -v Warning | tail -6
+    done ;;
+ncu)
+    NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    [ -z "$NCU" ] && { echo "no ncu on this host"; exit 0; }
+    timeout 200 "$NCU" --set full --import-source yes -k "regex:main_kernel" -c 1 -f \
+        -o "$OUT/ncu-mku" python3 benchmarks/cuda_gemm.py --shapes 4096,4096,4096 \
+        --tiles $UNROLLED --no-dlight --weight-nk --json "$OUT/ncu-mku-gemm.json" 2>&1 \
+        | grep -v Warning | tail -4
+    "$NCU" --import "$OUT/ncu-mku.ncu-rep" --page details > "$OUT/ncu-mku.txt" 2>&1
+    "$NCU" --import "$OUT/ncu-mku.ncu-rep" --page source --csv --print-source sass \
+        2>/dev/null | gzip > "$OUT/ncu-mku-source.csv.gz"
+    grep -E "Duration|Compute \(SM\) Throughput|Registers|Achieved Occupancy|Issue Slots|No Eligible" \
+        "$OUT/ncu-mku.txt" | head -14 ;;
+*) echo "usage: run.sh gemm|precision|ncu" >&2; exit 2 ;;
+esac
