@@ -151,6 +151,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
     k_steps = math.ceil(k / BLOCK_K)
     # the steps whose copies are all inside K (taken `stages` at a time when unrolled)
     main_steps = max(0, k_steps - (stages - 1)) // stages * stages
+    unrolled = bool(tile.unroll)  # a Python bool: TVMScript folds the `if` (an int it would not)
     frag_m, frag_n = tile.warp_m // 16, tile.warp_n // 8  # m16 fragments, n8 fragments
     rows_per_pass = threads // PIECES  # rows one pass of the block's copies covers
     a_passes, b_passes = bm // rows_per_pass, bn // rows_per_pass
@@ -301,7 +302,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                     mmas(kk % 2)
 
         load_fragments(0, 0, 0)
-        if tile.unroll:
+        if unrolled:
             # `stages` steps an iteration: the slots are constants (addresses a base plus
             # immediates), and the guards on the steps past K fold away
             for kt0 in T.serial(main_steps // stages):
