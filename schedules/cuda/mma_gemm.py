@@ -69,6 +69,10 @@ class MmaGemmTile:
     copy_at: int = 0
     #: Unroll the K loop by ``stages`` steps (the pipeline slots become constants).
     unroll: bool = False
+    #: The blocks an SM must hold at once (``__launch_bounds__``: registers capped to fit).
+    blocks_per_sm: int = 1
+    #: Issue a step's last slice of mmas before its barrier rather than after it.
+    mmas_first: bool = False
 
     @property
     def block_m(self) -> int:
@@ -97,8 +101,9 @@ class MmaGemmTile:
         if self.stages < 3:
             raise ValueError(f"{self}: at least 3 stages (the slot written is not the one read)")
         limit = SHARED_BYTES.get(arch, SHARED_BYTES[80])
-        if self.shared_bytes() > limit:
-            raise ValueError(f"{self} needs {self.shared_bytes()} bytes of shared memory")
+        if self.shared_bytes() * self.blocks_per_sm > limit:
+            raise ValueError(f"{self} needs {self.shared_bytes()} bytes of shared memory "
+                             f"a block, {self.blocks_per_sm} blocks an SM")
 
 
 def choose_tile(m: int, n: int, k: int, sms: int = 132) -> MmaGemmTile | None:
@@ -151,7 +156,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
     k_steps = math.ceil(k / BLOCK_K)
     # the steps whose copies are all inside K (taken `stages` at a time when unrolled)
     main_steps = max(0, k_steps - (stages - 1)) // stages * stages
-    unrolled = bool(tile.unroll)  # a Python bool: TVMScript folds the `if` (an int it would not)
+    # Python bools: TVMScript folds an `if` on them (on an int 1 it would not)
+    unrolled, mmas_first = bool(tile.unroll), bool(tile.mmas_first)
     frag_m, frag_n = tile.warp_m // 16, tile.warp_n // 8  # m16 fragments, n8 fragments
     rows_per_pass = threads // PIECES  # rows one pass of the block's copies covers
     a_passes, b_passes = bm // rows_per_pass, bn // rows_per_pass
@@ -175,6 +181,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
         B = T.decl_buffer((n, k), in_dtype, data=B_param.data)
         C = T.decl_buffer((m, n), out_dtype, data=C_param.data)
         T.device_entry()
+        if tile.blocks_per_sm > 1:
+            T.attr({"tirx.launch_bounds_min_blocks_per_sm": tile.blocks_per_sm})
         bid = T.cta_id([tiles_m * tiles_n])
         tid = T.thread_id([threads])
 
@@ -292,6 +300,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                 else:
                     if tile.copy_at != 0:
                         copy_share(kk, kt)
+                    if mmas_first:
+                        mmas(kk % 2)
                     # step kt + 1 landed (its group and all before it) and every warp is
                     # done with step kt's slot (its last slice's fragments are loaded)
                     T.ptx["cp.async.commit_group"]()
@@ -299,7 +309,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                     T.cuda.cta_sync()
                     if kt + 1 < k_steps:
                         load_fragments(0, kt + 1, 0)
-                    mmas(kk % 2)
+                    if not mmas_first:
+                        mmas(kk % 2)
 
         load_fragments(0, 0, 0)
         if unrolled:

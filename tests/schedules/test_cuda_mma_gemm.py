@@ -36,7 +36,8 @@ def _source(func, arch="sm_90a") -> str:
 @pytest.mark.parametrize("m,n,k,tile", [
     (4096, 4096, 4096, MmaGemmTile()), (1000, 1000, 1000, MmaGemmTile(2, 2, 64, 64, 3)),
     (77, 100, 40, MmaGemmTile(2, 2, 32, 32, 3)), (4096, 4096, 4096, MmaGemmTile(unroll=True)),
-    (130, 72, 520, MmaGemmTile(2, 2, 64, 32, 4, unroll=True))])
+    (130, 72, 520, MmaGemmTile(2, 2, 64, 32, 4, unroll=True)),
+    (1000, 1000, 1000, MmaGemmTile(2, 4, 64, 32, 3, blocks_per_sm=2, mmas_first=True))])
 def test_source_has_mma_ldmatrix_cp_async_and_nvcc_compiles_it(tmp_path, m, n, k, tile):
     source = _source(_bias_relu(m, n, k, tile))
     k_steps = -(-k // 64)
@@ -51,7 +52,8 @@ def test_source_has_mma_ldmatrix_cp_async_and_nvcc_compiles_it(tmp_path, m, n, k
     # copies with a source size: zeros past M, N and K
     assert "cp.async.cg.shared.global [%0], [%1], 16, %2;" in source
     assert f"cp.async.wait_group {tile.stages - 2};" in source
-    assert k_steps >= 1 and "__launch_bounds__(" + str(tile.threads) + ")" in source
+    bounds = f", {tile.blocks_per_sm}" if tile.blocks_per_sm > 1 else ""
+    assert f"__launch_bounds__({tile.threads}{bounds})" in source
     if tile.unroll:
         assert (f"for (int kt0 = 0; kt0 < {main}; ++kt0)" in source) == (main > 1)  # one iteration: no loop
         assert "for (int kt = 0;" not in source
@@ -74,6 +76,8 @@ def test_refuses_what_it_cannot_compute():
         gemm_kernel(64, 64, 64, MmaGemmTile(stages=2))
     with pytest.raises(ValueError, match="shared memory"):
         gemm_kernel(64, 64, 64, MmaGemmTile(4, 4, 64, 64, 4))
+    with pytest.raises(ValueError, match="2 blocks an SM"):
+        gemm_kernel(64, 64, 64, MmaGemmTile(2, 4, 64, 32, 4, blocks_per_sm=2))
     with pytest.raises(ValueError, match="divide evenly"):
         gemm_kernel(64, 64, 64, MmaGemmTile(1, 1, 16, 16, 3))
 
@@ -90,6 +94,9 @@ def test_refuses_what_it_cannot_compute():
     (130, 72, 520, MmaGemmTile(2, 2, 64, 32, 4, unroll=True), "float16"),
     (4096, 768, 3072, None, "float16"),
     (4096, 768, 3072, MmaGemmTile(unroll=True), "float16"),
+    (1000, 1000, 1000, MmaGemmTile(mmas_first=True), "float16"),
+    (1000, 1000, 1000, MmaGemmTile(2, 4, 64, 32, 3, blocks_per_sm=2), "float16"),
+    (130, 72, 520, MmaGemmTile(4, 2, 32, 64, 3, blocks_per_sm=2, mmas_first=True), "float16"),
     (300, 200, 264, None, "bfloat16")])
 def test_numbers_against_numpy(m, n, k, tile, dtype):
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": "llvm"})

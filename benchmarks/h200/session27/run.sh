@@ -5,9 +5,12 @@
 #                     the unrolling, twice each, beside torch.matmul (benchmarks/cuda_gemm.py)
 #   run.sh precision  BERT-base b32 fp16 and bf16 beside torch.compile with CUDA graphs and eager
 #                     with the final WidenEpilogues (session 26 measured its first version)
+#   run.sh gemm2      the same tests, then the default tile against its variants: the last slice's
+#                     mmas before the step's barrier, and 128 x 128 blocks of 8 warps (64 x 32 or
+#                     32 x 64), two blocks an SM (16 warps: 4 a scheduler, where the default has 2)
 #   run.sh ncu        Nsight Compute's full set on one launch of the unrolled kernel at 4096^3
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
-UNROLLED=mk2x4x64x64x4x0x1
+UNROLLED=${TILE:-mk2x4x64x64x4x0x1}
 case "$1" in
 gemm)
     timeout 200 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_mma_gemm.py \
@@ -16,6 +19,13 @@ gemm)
         --shapes "4096,4096,4096;4096,3072,768;4096,768,3072;4096,2304,768;4096,4096,4096" \
         --tiles "mk,$UNROLLED,mk,$UNROLLED" \
         --json "$OUT/cuda-gemm.json" 2>&1 | grep -v Warning | tee "$OUT/gemm.log" ;;
+gemm2)
+    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_mma_gemm.py \
+        2>&1 | tail -15 | tee "$OUT/pytest-mma-gemm2.log"
+    timeout 330 python3 benchmarks/cuda_gemm.py --no-dlight --weight-nk \
+        --shapes "4096,4096,4096;4096,3072,768;4096,768,3072;4096,2304,768;4096,4096,4096" \
+        --tiles "mk,mk2x4x64x64x4x0x0x1x1,mk2x4x64x32x3x0x0x2,mk4x2x32x64x3x0x0x2,mk2x4x64x32x3x0x0x2x1" \
+        --json "$OUT/cuda-gemm2.json" 2>&1 | grep -v Warning | tee "$OUT/gemm2.log" ;;
 precision)
     for dtype in fp16 bf16; do
         timeout 290 python3 -m tvmfuse bench bert-base --batch 32 --target cuda-sm90 --dtype $dtype \
@@ -25,7 +35,7 @@ precision)
 ncu)
     NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     [ -z "$NCU" ] && { echo "no ncu on this host"; exit 0; }
-    timeout 200 "$NCU" --set full --import-source yes -k "regex:main_kernel" -c 1 -f \
+    timeout 200 "$NCU" --set full --import-source yes -k "regex:^kernel_kernel" -c 1 -f \
         -o "$OUT/ncu-mku" python3 benchmarks/cuda_gemm.py --shapes 4096,4096,4096 \
         --tiles $UNROLLED --no-dlight --weight-nk --json "$OUT/ncu-mku-gemm.json" 2>&1 \
         | grep -v Warning | tail -4
@@ -34,5 +44,5 @@ ncu)
         2>/dev/null | gzip > "$OUT/ncu-mku-source.csv.gz"
     grep -E "Duration|Compute \(SM\) Throughput|Registers|Achieved Occupancy|Issue Slots|No Eligible" \
         "$OUT/ncu-mku.txt" | head -14 ;;
-*) echo "usage: run.sh gemm|precision|ncu" >&2; exit 2 ;;
+*) echo "usage: run.sh gemm|gemm2|precision|ncu" >&2; exit 2 ;;
 esac
