@@ -8,6 +8,8 @@
 #   run.sh gemm2      the same tests, then the default tile against its variants: the last slice's
 #                     mmas before the step's barrier, and 128 x 128 blocks of 8 warps (64 x 32 or
 #                     32 x 64), two blocks an SM (16 warps: 4 a scheduler, where the default has 2)
+#   run.sh resnet     ResNet-50 fp16 b32 and b1 beside torch.compile with CUDA graphs (the final
+#                     WidenEpilogues widens its folded BatchNorm's bias: not measured on the GPU before)
 #   run.sh ncu        Nsight Compute's full set on one launch of the unrolled kernel at 4096^3
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
 UNROLLED=${TILE:-mk2x4x64x64x4x0x1}
@@ -32,6 +34,12 @@ precision)
             --no-db --engines tvmfuse,torch-eager,torch-compile-cudagraphs \
             --json "$OUT/bert-base-$dtype-b32.json" 2>&1 | tr -d '\000' | grep -v Warning | tail -6
     done ;;
+resnet)
+    for b in 32 1; do
+        timeout 270 python3 -m tvmfuse bench resnet50 --batch $b --target cuda-sm90 --dtype fp16 \
+            --no-db --engines tvmfuse,torch-compile-cudagraphs --json "$OUT/resnet50-fp16-b$b.json" \
+            2>&1 | tr -d '\000' | grep -v Warning | tail -5
+    done ;;
 ncu)
     NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     [ -z "$NCU" ] && { echo "no ncu on this host"; exit 0; }
@@ -44,5 +52,5 @@ ncu)
         2>/dev/null | gzip > "$OUT/ncu-mku-source.csv.gz"
     grep -E "Duration|Compute \(SM\) Throughput|Registers|Achieved Occupancy|Issue Slots|No Eligible" \
         "$OUT/ncu-mku.txt" | head -14 ;;
-*) echo "usage: run.sh gemm|gemm2|precision|ncu" >&2; exit 2 ;;
+*) echo "usage: run.sh gemm|gemm2|precision|resnet|ncu  (ncu: TILE=mk for the default tile)" >&2; exit 2 ;;
 esac
