@@ -14,7 +14,7 @@ kernel of ``schedules/cuda/wgmma.py`` with the tile :func:`choose_wgmma_tile` pi
 ``wg<block_n>x<stages>`` a given one (its B is stored [N, K] whatever ``--weight-nk`` says:
 wgmma reads both operands K-major). ``mk`` is the hand-written mma.sync kernel of
 ``schedules/cuda/mma_gemm.py`` (B [N, K] too) with its default tile, ``mk<warps_m>x<warps_n>x
-<warp_m>x<warp_n>x<stages>`` a given one. The JSON is rewritten after every shape, so a run cut short
+<warp_m>x<warp_n>x<stages>[x<copy_at>x<blocks_per_sm>]`` a given one. The JSON is rewritten after every shape, so a run cut short
 keeps what it measured.
 
 Times are CUDA-event medians (``triton.testing.do_bench`` where torch runs, TVM's

@@ -28,6 +28,13 @@ session24/``): 4096^3 on the default tile (128 x 256, 8 warps of 64 x 64, 4 stag
 TFLOP/s, **60-62% of torch.matmul's 756-764** (the TVM-scheduled kernel of ``matmul.py``: 353);
 the copies issued before a slice's fragment loads were faster than after them (438-440) or
 after the mmas (452); 3 stages 407-417; 256 x 128 420; 128 x 128 (two blocks an SM) 383-431.
+Session 27 (``benchmarks/h200/session27/``): the default tile 451-465 in six runs (median 461,
+61% of torch.matmul's 754-757). Tried and slower: the K loop unrolled by the stages (slots as
+constants, no guards) 381-384 (four times the loop's 276 instructions: the instruction cache,
+our reading); 128 x 128 blocks of 8 warps (64 x 32 or 32 x 64), two blocks an SM (4 warps a
+scheduler, 128 registers, a few spilled) 345-369; the last slice's mmas before the step's
+barrier level (451-458). Nsight Compute (``ncu-mk.txt``): the tensor pipe busy 73% of the
+cycles, 2 warps a scheduler, the stalls on the pipe (33%) and on fixed latencies (32%).
 """
 
 from __future__ import annotations
@@ -67,12 +74,8 @@ class MmaGemmTile:
     #: Where in a slice its share of the next step's copies is issued: before the next
     #: slice's fragment loads (0), between them and the mmas (1), after the mmas (2).
     copy_at: int = 0
-    #: Unroll the K loop by ``stages`` steps (the pipeline slots become constants).
-    unroll: bool = False
     #: The blocks an SM must hold at once (``__launch_bounds__``: registers capped to fit).
     blocks_per_sm: int = 1
-    #: Issue a step's last slice of mmas before its barrier rather than after it.
-    mmas_first: bool = False
 
     @property
     def block_m(self) -> int:
@@ -154,10 +157,6 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
     tiles_m, tiles_n = math.ceil(m / bm), math.ceil(n / bn)
     group = GROUP_M * tiles_n
     k_steps = math.ceil(k / BLOCK_K)
-    # the steps whose copies are all inside K (taken `stages` at a time when unrolled)
-    main_steps = max(0, k_steps - (stages - 1)) // stages * stages
-    # Python bools: TVMScript folds an `if` on them (on an int 1 it would not)
-    unrolled, mmas_first = bool(tile.unroll), bool(tile.mmas_first)
     frag_m, frag_n = tile.warp_m // 16, tile.warp_n // 8  # m16 fragments, n8 fragments
     rows_per_pass = threads // PIECES  # rows one pass of the block's copies covers
     a_passes, b_passes = bm // rows_per_pass, bn // rows_per_pass
@@ -282,9 +281,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
             T.ptx["cp.async.commit_group"]()
         T.ptx["cp.async.wait_group"](stages - 2)
         T.cuda.cta_sync()
-
-        @T.inline
-        def step(kt):
+        load_fragments(0, 0, 0)
+        for kt in T.serial(k_steps):
             for kk in T.unroll(SLICES):
                 # a share of step kt + stages - 1's copies, into the slot step kt - 1 read
                 # (every warp is past it: the barrier below, in step kt - 1)
@@ -300,8 +298,6 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                 else:
                     if tile.copy_at != 0:
                         copy_share(kk, kt)
-                    if mmas_first:
-                        mmas(kk % 2)
                     # step kt + 1 landed (its group and all before it) and every warp is
                     # done with step kt's slot (its last slice's fragments are loaded)
                     T.ptx["cp.async.commit_group"]()
@@ -309,22 +305,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                     T.cuda.cta_sync()
                     if kt + 1 < k_steps:
                         load_fragments(0, kt + 1, 0)
-                    if not mmas_first:
-                        mmas(kk % 2)
-
-        load_fragments(0, 0, 0)
-        if unrolled:
-            # `stages` steps an iteration: the slots are constants (addresses a base plus
-            # immediates), and the guards on the steps past K fold away
-            for kt0 in T.serial(main_steps // stages):
-                for s in T.unroll(stages):
-                    step(kt0 * stages + s)
-            for s in T.unroll(k_steps - main_steps):
-                step(main_steps + s)
-        else:
-            for kt in T.serial(k_steps):
-                step(kt)
-
+                    mmas(kk % 2)
         T.ptx["cp.async.wait_group"](0)
         T.cuda.cta_sync()
 

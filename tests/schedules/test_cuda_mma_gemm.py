@@ -35,28 +35,20 @@ def _source(func, arch="sm_90a") -> str:
 
 @pytest.mark.parametrize("m,n,k,tile", [
     (4096, 4096, 4096, MmaGemmTile()), (1000, 1000, 1000, MmaGemmTile(2, 2, 64, 64, 3)),
-    (77, 100, 40, MmaGemmTile(2, 2, 32, 32, 3)), (4096, 4096, 4096, MmaGemmTile(unroll=True)),
-    (130, 72, 520, MmaGemmTile(2, 2, 64, 32, 4, unroll=True)),
-    (1000, 1000, 1000, MmaGemmTile(2, 4, 64, 32, 3, blocks_per_sm=2, mmas_first=True))])
+    (77, 100, 40, MmaGemmTile(2, 2, 32, 32, 3)),
+    (1000, 1000, 1000, MmaGemmTile(2, 4, 64, 32, 3, blocks_per_sm=2))])
 def test_source_has_mma_ldmatrix_cp_async_and_nvcc_compiles_it(tmp_path, m, n, k, tile):
     source = _source(_bias_relu(m, n, k, tile))
-    k_steps = -(-k // 64)
-    # a warp's tile in m16n8k16 mmas a slice, 4 slices a step, written out once for the K
-    # loop, or (unrolled) `stages` times in it and once for each step after it
-    main = max(0, k_steps - tile.stages + 1) // tile.stages
-    steps = (tile.stages * (main > 0) + k_steps - main * tile.stages) if tile.unroll else 1
+    # a warp's tile in m16n8k16 mmas a slice, 4 slices a step
     assert source.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 1
     calls = re.findall(r"tvm_builtin_ptx_mma_sync\w*\(acc", source)
-    assert len(calls) == (tile.warp_m // 16) * (tile.warp_n // 8) * 4 * steps
+    assert len(calls) == (tile.warp_m // 16) * (tile.warp_n // 8) * 4
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in source
     # copies with a source size: zeros past M, N and K
     assert "cp.async.cg.shared.global [%0], [%1], 16, %2;" in source
     assert f"cp.async.wait_group {tile.stages - 2};" in source
     bounds = f", {tile.blocks_per_sm}" if tile.blocks_per_sm > 1 else ""
     assert f"__launch_bounds__({tile.threads}{bounds})" in source
-    if tile.unroll:
-        assert (f"for (int kt0 = 0; kt0 < {main}; ++kt0)" in source) == (main > 1)  # one iteration: no loop
-        assert "for (int kt = 0;" not in source
     nvcc_compiles(source, tmp_path, arch="sm_90")
 
 
@@ -87,16 +79,11 @@ def test_refuses_what_it_cannot_compute():
     (512, 512, 512, None, "float16"),
     (1000, 1000, 1000, None, "float16"),
     (1000, 1000, 1000, MmaGemmTile(2, 2, 64, 64, 3), "float16"),
-    (1000, 1000, 1000, MmaGemmTile(unroll=True), "float16"),
     (77, 100, 40, MmaGemmTile(2, 2, 32, 32, 3), "float16"),
-    (77, 100, 40, MmaGemmTile(2, 2, 32, 32, 3, unroll=True), "float16"),
     (130, 72, 520, MmaGemmTile(2, 2, 64, 32, 4), "float16"),
-    (130, 72, 520, MmaGemmTile(2, 2, 64, 32, 4, unroll=True), "float16"),
     (4096, 768, 3072, None, "float16"),
-    (4096, 768, 3072, MmaGemmTile(unroll=True), "float16"),
-    (1000, 1000, 1000, MmaGemmTile(mmas_first=True), "float16"),
     (1000, 1000, 1000, MmaGemmTile(2, 4, 64, 32, 3, blocks_per_sm=2), "float16"),
-    (130, 72, 520, MmaGemmTile(4, 2, 32, 64, 3, blocks_per_sm=2, mmas_first=True), "float16"),
+    (130, 72, 520, MmaGemmTile(4, 2, 32, 64, 3, blocks_per_sm=2), "float16"),
     (300, 200, 264, None, "bfloat16")])
 def test_numbers_against_numpy(m, n, k, tile, dtype):
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": "llvm"})

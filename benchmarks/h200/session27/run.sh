@@ -11,6 +11,9 @@
 #   run.sh resnet     ResNet-50 fp16 b32 and b1 beside torch.compile with CUDA graphs (the final
 #                     WidenEpilogues widens its folded BatchNorm's bias: not measured on the GPU before)
 #   run.sh ncu        Nsight Compute's full set on one launch of the unrolled kernel at 4096^3
+# The unrolled K loop (gemm's 7th tile field) and the mmas before the barrier (gemm2's 9th) were
+# removed after these runs (slower / level): `git checkout b71bc34` to run gemm and gemm2 as
+# they ran; today the 7th field is blocks_per_sm.
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
 UNROLLED=${TILE:-mk2x4x64x64x4x0x1}
 case "$1" in
