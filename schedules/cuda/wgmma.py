@@ -652,8 +652,11 @@ class GemmMatch:
         # s_tir kernel have no layout, which TIRx's FlattenBuffer cannot place)
         extra = tuple(p for p in self.func.params
                       if not any(p.same_as(x) for x in (self.a, self.b, self.out)))
-        fresh = [(old, tvm.tirx.decl_buffer([int(d) for d in old.shape], old.dtype, old.name))
-                 for old in extra]
+        # A 0-d one (a clip's bound: MobileNetV2's ReLU6 in fp16) as one element: TIRx's
+        # FlattenBuffer does not place 0-d parameters ("used before its definition"); the
+        # calls pass it reshaped (``passes.use_wgmma_gemms``)
+        fresh = [(old, tvm.tirx.decl_buffer([int(d) for d in old.shape] or [1], old.dtype,
+                                            old.name)) for old in extra]
         # a buffer shaped as the output (a residual) read where the output is stored: read as
         # [rows, columns], its element at (row, col), not through row's position in each
         # leading axis (64-bit divisions by 196 and 14 in every element's address: ResNet-50's
@@ -1003,7 +1006,10 @@ def _rebuild(expr, on_load, bound: dict, buffers=()):
             replaced = on_load(e)
             if replaced is None:
                 source = next((new for old, new in buffers if old.same_as(e.source)), e.source)
-                return tvm.tirx.BufferLoad(source, [visit(i) for i in e.indices])
+                indices = [visit(i) for i in e.indices]
+                if not indices and len(source.shape) == 1:  # a 0-d buffer declared as one
+                    indices = [0]
+                return tvm.tirx.BufferLoad(source, indices)
             return replaced
         if isinstance(e, tvm.tirx.Var):
             return next((v for var, v in bound.items() if var.same_as(e)), e)

@@ -403,3 +403,74 @@ def check_linear_gelu(lib, a, weight, bias, dtype):
     # the output's rounding: 2^-11 relative for float16, 2^-8 for bfloat16
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < (
         2e-3 if dtype == "float16" else 8e-3)
+
+
+def _relu6_module(m, n, k, weight, bias):
+    """A fp16 linear layer + bias + ReLU6 as tvmfuse's fp16 builds fuse MobileNetV2's
+    expansion convs: the pattern groups pass the clip's bounds as 0-d constants, parameters of
+    the fused kernel (``maximum(y, param_2)``, ``minimum(.., param_3)``)."""
+    a = te.placeholder((m, k), "float16", name="A")
+    w = te.placeholder((k, n), "float16", name="W")
+    b = te.placeholder((n,), "float16", name="bias")
+    lo, hi = (te.placeholder((), "float16", name=name) for name in ("lo", "hi"))
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(
+        a[i, r].astype("float32") * w[r, j].astype("float32"), axis=r), name="matmul")
+    out = te.compute((m, n), lambda i, j: te.min(te.max(
+        c[i, j].astype("float16") + b[j], lo()), hi()), name="out")
+    kernel = te.create_prim_func([a, w, b, lo, hi, out])
+
+    def body(bb, x):
+        gvar = bb.add_func(kernel, "fused_gemm_relu6")
+        return relax.call_tir(gvar, [x, relax.const(weight, "float16"),
+                                     relax.const(bias, "float16"), relax.const(0, "float16"),
+                                     relax.const(6, "float16")],
+                              relax.TensorType((m, n), "float16"))
+
+    return relax_main({"x": (m, k)}, body, "float16")
+
+
+def _relu6_case(m=2048, n=192, k=160):
+    rng = np.random.default_rng(6)
+    weight = rng.standard_normal((k, n)).astype(np.float16)  # [K, N]
+    bias = (rng.standard_normal(n) * 4).astype(np.float16)
+    before = _relu6_module(m, n, k, weight, bias)
+    (gvar,) = [g for g, f in before.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    after = UseWgmmaGemms(SM90A, min_k=64)(before)
+    return before, after, gvar.name_hint, weight, bias
+
+
+def test_zero_d_epilogue_parameters_are_passed_as_one_element(tmp_path):
+    """A clip's 0-d bounds (TIRx's FlattenBuffer does not place 0-d parameters: MobileNetV2's
+    fp16 b32 build failed with 'Buffer param_2 is used before its definition'): the kernel
+    declares them as one element, the call passes them reshaped, and the source compiles."""
+    before, after, name, _, _ = _relu6_case()
+    assert sum(len(p.shape) == 0 for p in before[name].params) == 2
+    kernel = after[name]
+    assert kernel.attrs["tvmfuse.schedule"] == "cuda.wgmma_gemm"
+    assert [len(p.shape) for p in kernel.params[3:5]] == [1, 1]
+    calls = []
+    relax.analysis.post_order_visit(after["main"], lambda e: calls.append(e) if isinstance(
+        e, relax.Call) and isinstance(e.args[0], tvm.ir.GlobalVar) else None)
+    bounds = [arg.value.numpy() for arg in calls[0].args[1].fields[3:5]]
+    assert [b.shape for b in bounds] == [(1,), (1,)] and [float(b[0]) for b in bounds] == [0, 6]
+    nvcc_compiles(_source(kernel.without_attr("target")), tmp_path, arch="sm_90a")
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
+def test_zero_d_epilogue_parameters_numbers():
+    _, after, name, weight, bias = _relu6_case()
+    lib = tvm.compile(tvm.IRModule({"main": after[name].without_attr("target")}), target=SM90A,
+                      tir_pipeline="tirx")
+    a = np.random.default_rng(7).standard_normal((2048, weight.shape[0])).astype(np.float16)
+    dev = tvm.cuda(0)
+    out = tvm.runtime.tensor(np.full((2048, weight.shape[1]), np.nan, np.float16), dev)
+    args = [a, np.ascontiguousarray(weight.T), bias, np.zeros(1, np.float16),
+            np.full(1, 6, np.float16)]  # (the call passes the bounds reshaped so)
+    lib["main"](*(tvm.runtime.tensor(x, dev) for x in args), out)
+    pre = (a.astype("float32") @ weight.astype("float32")).astype(np.float16).astype(
+        "float32") + bias.astype("float32")
+    want = np.clip(pre, 0, 6)
+    got = out.numpy().astype("float32")
+    assert np.isfinite(got).all(), "outputs left unwritten"
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 2e-3

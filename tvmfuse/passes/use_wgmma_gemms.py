@@ -136,9 +136,21 @@ def _match(func: tvm.tirx.PrimFunc) -> wgmma.GemmMatch | None:
     return None
 
 
+def _one_element(builder: relax.BlockBuilder, arg: relax.Expr) -> relax.Expr:
+    """``arg`` reshaped to one element where it is 0-d (a constant rewritten, another value
+    reshaped), otherwise itself."""
+    if arg.ty.ndim != 0:
+        return arg
+    if isinstance(arg, tvm.ir.expr.Constant):
+        value = arg.value.numpy()
+        return relax.const(value.reshape(1), str(value.dtype))
+    return builder.emit(relax.op.reshape(arg, [1]))
+
+
 def _redirect_calls(mod: tvm.IRModule, renamed: dict) -> tvm.IRModule:
     """Calls of each kernel in ``renamed`` (old GlobalVar -> new one and the index of a B to
-    transpose, or None) call the new one, with their constant B ([K, N]) transposed."""
+    transpose, or None) call the new one, with their constant B ([K, N]) transposed and their
+    0-d arguments as one element (the kernels declare them so: ``wgmma.GemmMatch.kernel``)."""
 
     @relax.expr_functor.mutator
     class Redirect(relax.PyExprMutator):
@@ -152,6 +164,7 @@ def _redirect_calls(mod: tvm.IRModule, renamed: dict) -> tvm.IRModule:
             if index is not None:
                 weight = args[index].value.numpy()
                 args[index] = relax.const(np.ascontiguousarray(weight.T), str(weight.dtype))
+            args = [_one_element(self.builder_, arg) for arg in args]
             fields = self.builder_.normalize(relax.Tuple(args))
             return relax.Call(call.op, [gvar, fields, *call.args[2:]], call.attrs,
                               call.ty_args)

@@ -10,6 +10,8 @@
 #                     32 x 64), two blocks an SM (16 warps: 4 a scheduler, where the default has 2)
 #   run.sh resnet     ResNet-50 fp16 b32 and b1 beside torch.compile with CUDA graphs (the final
 #                     WidenEpilogues widens its folded BatchNorm's bias: not measured on the GPU before)
+#   run.sh mobilenet  the 0-d epilogue parameters' tests (MobileNetV2's fp16 b32 build failed
+#                     before), then MobileNetV2 fp16 b32 beside torch.compile with CUDA graphs
 #   run.sh ncu        Nsight Compute's full set on one launch of the unrolled kernel at 4096^3
 # The unrolled K loop (gemm's 7th tile field) and the mmas before the barrier (gemm2's 9th) were
 # removed after these runs (slower / level): `git checkout b71bc34` to run gemm and gemm2 as
@@ -43,6 +45,12 @@ resnet)
             --no-db --engines tvmfuse,torch-compile-cudagraphs --json "$OUT/resnet50-fp16-b$b.json" \
             2>&1 | tr -d '\000' | grep -v Warning | tail -5
     done ;;
+mobilenet)
+    timeout 90 python3 -m pytest -q -p no:cacheprovider tests/schedules/test_cuda_wgmma.py -k zero_d \
+        2>&1 | tail -3 | tee "$OUT/pytest-zero-d.log"
+    timeout 230 python3 -m tvmfuse bench mobilenet_v2 --batch 32 --target cuda-sm90 --dtype fp16 \
+        --no-db --engines tvmfuse,torch-compile-cudagraphs --json "$OUT/mobilenet_v2-fp16-b32.json" \
+        2>&1 | tr -d '\000' | grep -v Warning | tail -5 ;;
 ncu)
     NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     [ -z "$NCU" ] && { echo "no ncu on this host"; exit 0; }
@@ -55,5 +63,5 @@ ncu)
         2>/dev/null | gzip > "$OUT/ncu-mku-source.csv.gz"
     grep -E "Duration|Compute \(SM\) Throughput|Registers|Achieved Occupancy|Issue Slots|No Eligible" \
         "$OUT/ncu-mku.txt" | head -14 ;;
-*) echo "usage: run.sh gemm|gemm2|precision|resnet|ncu  (ncu: TILE=mk for the default tile)" >&2; exit 2 ;;
+*) echo "usage: run.sh gemm|gemm2|precision|resnet|mobilenet|ncu  (ncu: TILE=mk for the default tile)" >&2; exit 2 ;;
 esac
