@@ -106,17 +106,43 @@ def test_mobilenet_v2_bf16_batch_32_builds_for_cuda_and_nvcc_compiles(tmp_path):
                                  api.BuildOptions(dtype="bfloat16"))
     implementations = list(compiled.analysis.implementations.values())
     assert implementations.count("cuda.wgmma_gemm") >= 15
-    # each CUDA module on its own (the TIRx kernels' and the others' repeat their headers)
+    sources = _cuda_sources(compiled)
+    assert any("wgmma.mma_async" in source for source in sources)
+    _nvcc_each(sources, tmp_path)
+
+
+def _cuda_sources(compiled) -> list[str]:
+    """The CUDA C of each CUDA module of a build (the TIRx kernels' module and the others'
+    repeat their headers: the concatenated dump does not compile as one file)."""
     pending, sources = list(compiled.executable.mod.imports), []
     while pending:
         module = pending.pop()
         pending.extend(module.imports)
         if module.kind == "cuda":
             sources.append(module.inspect_source())
-    assert any("wgmma.mma_async" in source for source in sources)
+    return sources
+
+
+def _nvcc_each(sources, folder):
     for i, source in enumerate(sources):
-        (tmp_path / str(i)).mkdir()
-        nvcc_compiles(source, tmp_path / str(i), arch="sm_90a")
+        (folder / str(i)).mkdir()
+        nvcc_compiles(source, folder / str(i), arch="sm_90a")
+
+
+def test_patch_embedding_conv_fp16_cuda_compiles(tmp_path):
+    """A ViT patch embedding (8 x 8 stride-8 conv over an NCHW image): its tensor-core kernel
+    reads the image through the inlined NCHW -> NHWC permute, whose index divides by 3 and
+    3136; copied 8 halves a thread, that index math was 8 int32 lanes, printed by TVM's CUDA
+    codegen as make_longlong4 of 8 values (nvcc: too many arguments; ViT's, CLIP's and Swin's
+    fp16 builds). The copy now takes 4 lanes where its index divides so."""
+    module = torch.nn.Conv2d(3, 64, 8, stride=8).eval()
+    model = api.import_torch(module, [torch.randn(2, 3, 56, 56)], name="patch embedding")
+    compiled = api.compile_model(model, api.get_target("cuda-sm90"),
+                                 api.BuildOptions(dtype="float16"))
+    assert "cuda.mma_matmul" in compiled.analysis.implementations.values()
+    sources = _cuda_sources(compiled)
+    assert not any("make_longlong4" in source for source in sources)
+    _nvcc_each(sources, tmp_path)
 
 
 def test_verify_names_the_output_that_differs(build_tiny):

@@ -231,17 +231,26 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     def to_shared(index: int):
         copy = sch.cache_read(outer, index, "shared.dyn")
         sch.compute_at(copy, k0)
+        return copy
+
+    def distribute(copy):
+        # a producer inlined into the copy whose index divides by a count the vector does not
+        # divide (a patch-embedding conv's NCHW input read through its permute: % 3, / 3136)
+        # makes the vector's index math 8 int32 lanes, which TVM's CUDA codegen prints as
+        # make_longlong4(8 values): ViT's, CLIP's and Swin's fp16 builds did not compile
+        width = _ramp_lanes(sch.get(copy), vector)
         fused = sch.fuse(*sch.get_loops(copy)[-2:])
-        _, ty, tx, lanes = sch.split(fused, [None, tile.warps, WARP, vector])
+        _, ty, tx, lanes = sch.split(fused, [None, tile.warps, WARP, width])
         sch.bind(ty, "threadIdx.y")
         sch.bind(tx, "threadIdx.x")
         sch.vectorize(lanes)
         sch.storage_align(copy, 0, axis=-2, factor=32, offset=8)
-        return copy
 
     a_shared, b_shared = to_shared(0), to_shared(1)
     auto_inline_producers(sch, a_shared)
     auto_inline_producers(sch, b_shared)
+    distribute(a_shared)
+    distribute(b_shared)
 
     # 5. shared -> registers (ldmatrix), the accumulators in registers (warp scope)
     a_frag = sch.cache_read(outer, 0, "warp")
@@ -308,6 +317,36 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     if tile.blocks_per_sm is not None:
         return s_tir.Schedule(_min_blocks_per_sm(sch.mod["main"], tile.blocks_per_sm))
     return sch
+
+
+def _ramp_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:
+    """``lanes``, or 4 where ``block`` reads at an index of its innermost axis divided (or
+    taken modulo) by a constant that ``lanes`` does not divide: 8 lanes of int32 index math are not printable
+    by TVM's CUDA codegen, 4 are (``make_int4``)."""
+    broken, inner = [], block.iter_vars[-1].var  # the axis the vector runs along
+
+    def has_inner(node) -> bool:
+        """Whether ``node`` varies along a vector of the innermost axis (a division by a
+        multiple of ``lanes`` is constant along one: the conv's tap index ``k // 64``)."""
+        if isinstance(node, tirx.FloorDiv) and isinstance(node.b, tirx.IntImm) \
+                and int(node.b) % lanes == 0:
+            return False
+        return node.same_as(inner) or any(
+            has_inner(operand) for operand in (getattr(node, "a", None), getattr(node, "b", None))
+            if operand is not None)
+
+    def visit(node):
+        if isinstance(node, (tirx.FloorDiv, tirx.FloorMod)) and isinstance(node.b, tirx.IntImm) \
+                and int(node.b) % lanes and has_inner(node.a):
+            broken.append(node)
+        for operand in (getattr(node, "a", None), getattr(node, "b", None)):
+            if operand is not None:
+                visit(operand)
+
+    for region in block.reads:
+        for index in region.region:
+            visit(index.min)
+    return min(lanes, 4) if broken else lanes
 
 
 def _min_blocks_per_sm(func: tirx.PrimFunc, blocks: int) -> tirx.PrimFunc:

@@ -55,3 +55,28 @@ def test_bf16_transformer_verifies_against_pytorch(tmp_path):
     dtypes = {str(p.dtype) for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)
               for p in f.params}
     assert "bfloat16" in dtypes and "float16" not in dtypes
+
+
+def _norm_after_narrow(narrow: str, widened: bool):
+    """A LayerNorm over a ``narrow`` tensor (ToMixedPrecision lets a norm follow a float16
+    input: ViT's first, after the patch embedding's add); ``widened``: computed in float32."""
+    gamma = np.ones(8, "float16") if narrow == "float16" else np.ones(8, ml_dtypes.bfloat16)
+
+    def body(bb, x):
+        h = bb.emit(relax.op.astype(x, narrow))
+        g = relax.const(gamma, narrow)
+        if not widened:
+            return relax.op.nn.layer_norm(h, g, g, axes=[-1])
+        wide = [bb.emit(relax.op.astype(v, "float32")) for v in (h, g, g)]
+        norm = bb.emit(relax.op.nn.layer_norm(*wide, axes=[-1]))
+        return relax.op.astype(norm, narrow)
+
+    return relax_main({"x": (2, 8)}, body)
+
+
+def test_a_narrow_norm_is_computed_in_float32():
+    """topi's layer_norm takes no bfloat16, and FoldConstant legalizes every call: ViT's bf16
+    build failed in its first phase on that LayerNorm."""
+    after = NarrowToBFloat16()(_norm_after_narrow("float16", widened=False))
+    tvm.ir.assert_structural_equal(after, _norm_after_narrow("bfloat16", widened=True))
+    relax.transform.FoldConstant()(after)  # legalizable: float32
