@@ -112,6 +112,38 @@ def test_float32_groups_and_ungrouped_ops_are_left_alone():
     tvm.ir.assert_structural_equal(WidenEpilogues()(Module), Module)
 
 
+def test_a_scalar_operand_is_not_widened():
+    """A 0-d tensor operand (CLIP's quick-GELU factor, lifted into the group) is broadcast
+    across a vector: widened, TVM's CUDA codegen printed its float32x8 broadcast as
+    make_ulonglong4 of 8 floats. The chain stops before it."""
+    @I.ir_module
+    class Module:
+        @R.function(private=True)
+        def group(x: R.Tensor((4, 8), "float16"), w: R.Tensor((8, 16), "float16"),
+                  s: R.Tensor((), "float16")) -> R.Tensor((4, 16), "float16"):
+            R.func_attr({"Composite": "tvmfuse.matmul_epilogue.scale", "Primitive": True})
+            with R.dataflow():
+                mm = R.matmul(x, w, out_dtype="float16")
+                gv = R.multiply(mm, s)
+                R.output(gv)
+            return gv
+
+    @I.ir_module
+    class Expected:
+        @R.function(private=True)
+        def group(x: R.Tensor((4, 8), "float16"), w: R.Tensor((8, 16), "float16"),
+                  s: R.Tensor((), "float16")) -> R.Tensor((4, 16), "float16"):
+            R.func_attr({"Composite": "tvmfuse.matmul_epilogue.scale", "Primitive": True})
+            with R.dataflow():
+                wide = R.matmul(x, w, out_dtype="float32")  # the sums, rounded once
+                mm = R.astype(wide, "float16")
+                gv = R.multiply(mm, s)
+                R.output(gv)
+            return gv
+
+    tvm.ir.assert_structural_equal(WidenEpilogues()(Module), Expected)
+
+
 class LinearGelu(nn.Module):
     def __init__(self):
         super().__init__()

@@ -85,11 +85,15 @@ def _widened_chain(func: relax.Function) -> tuple[set, set]:
 
 def _broadcast(arg: relax.Expr, call: relax.Call) -> bool:
     """``arg`` is a tensor smaller than ``call``'s result (a bias, a scale: read again at every
-    row), not a full-size input (a residual) nor a constant (see :data:`_ELEMENTWISE`)."""
+    row), not a full-size input (a residual) nor a constant (see :data:`_ELEMENTWISE`), and
+    read along the output's columns: a scalar (CLIP's quick-GELU factor, a 0-d parameter of
+    the group) is broadcast across a vector, which widened is the float32x8 broadcast TVM's
+    CUDA codegen prints as ``make_ulonglong4`` of 8 floats (CLIP's fp16 build did not compile)."""
     if isinstance(arg, tvm.ir.expr.Constant):
         return False
     small, full = static_shape(getattr(arg.ty, "shape", None)), static_shape(call.ty.shape)
-    return small is not None and full is not None and math.prod(small) < math.prod(full)
+    return bool(small) and full is not None and small[-1] == full[-1] > 1 \
+        and math.prod(small) < math.prod(full)
 
 
 @relax.expr_functor.mutator
