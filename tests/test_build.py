@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tvmfuse import TvmfuseError, api
+from tvmfuse.compiler import cuda_sources
 from tvmfuse.verify import verify
 from conftest import HOST, nvcc_compiles
 
@@ -106,21 +107,9 @@ def test_mobilenet_v2_bf16_batch_32_builds_for_cuda_and_nvcc_compiles(tmp_path):
                                  api.BuildOptions(dtype="bfloat16"))
     implementations = list(compiled.analysis.implementations.values())
     assert implementations.count("cuda.wgmma_gemm") >= 15
-    sources = _cuda_sources(compiled)
+    sources = cuda_sources(compiled.executable)
     assert any("wgmma.mma_async" in source for source in sources)
     _nvcc_each(sources, tmp_path)
-
-
-def _cuda_sources(compiled) -> list[str]:
-    """The CUDA C of each CUDA module of a build (the TIRx kernels' module and the others'
-    repeat their headers: the concatenated dump does not compile as one file)."""
-    pending, sources = list(compiled.executable.mod.imports), []
-    while pending:
-        module = pending.pop()
-        pending.extend(module.imports)
-        if module.kind == "cuda":
-            sources.append(module.inspect_source())
-    return sources
 
 
 def _nvcc_each(sources, folder):
@@ -140,7 +129,7 @@ def test_patch_embedding_conv_fp16_cuda_compiles(tmp_path):
     compiled = api.compile_model(model, api.get_target("cuda-sm90"),
                                  api.BuildOptions(dtype="float16"))
     assert "cuda.mma_matmul" in compiled.analysis.implementations.values()
-    sources = _cuda_sources(compiled)
+    sources = cuda_sources(compiled.executable)
     assert not any("make_longlong4" in source for source in sources)
     _nvcc_each(sources, tmp_path)
 

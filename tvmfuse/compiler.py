@@ -247,15 +247,21 @@ def _log_implementations(analysis: Analysis) -> None:
              ", ".join(sorted(set(untuned))) or "none")
 
 
-def cuda_source(executable) -> str | None:
-    """The CUDA C of a build's kernels (None for a CPU build): every CUDA module's, the sm_90a
-    one of the wgmma kernels included."""
+def cuda_sources(executable) -> list[str]:
+    """The CUDA C of each CUDA module of a build (none for a CPU build), the sm_90a one of the
+    TIRx kernels (wgmma) included; each compiles on its own (they repeat their headers)."""
     pending, sources = list(executable.mod.imports), []
     while pending:
         module = pending.pop()
         pending.extend(module.imports)
         if module.kind == "cuda":
             sources.append(module.inspect_source())
+    return sources
+
+
+def cuda_source(executable) -> str | None:
+    """The CUDA C of a build's kernels (None for a CPU build): every CUDA module's, joined."""
+    sources = cuda_sources(executable)
     return "\n".join(sources) if sources else None
 
 

@@ -43,7 +43,7 @@ from tvmfuse.names import LAYOUT_FREE_BUFFERS, LAYOUT_REWRITE_PREPROC
 
 from ._tir import (
     Vector, inline_into_consumers, is_reduction, lanes_for, loops_match_iters, parallelize,
-    root_blocks, static_extent, static_int, uses,
+    read_index_nodes, root_blocks, static_extent, static_int, uses,
 )
 
 
@@ -641,19 +641,9 @@ def _within_groups(block, axis: tirx.Var, vector: Vector) -> Vector:
     reads two inputs, a gather (RegNet's 8-channel groups on 208 channels in 16 lanes: 4.8
     GFLOP/s; in 8 lanes, each a broadcast: see the benchmark in the commit). AVX-512's 8-lane
     (ymm) FMAs issue two a cycle on Zen 4, so on it nothing is lost."""
-    groups = []
-
-    def visit(node):  # index expressions: sums, products and divisions of loop variables
-        if isinstance(node, (tirx.FloorDiv, tirx.FloorMod)) and isinstance(node.b, tirx.IntImm) \
-                and node.a.same_as(axis):
-            groups.append(int(node.b))
-        for operand in (getattr(node, "a", None), getattr(node, "b", None)):
-            if operand is not None:
-                visit(operand)
-
-    for region in block.reads:
-        for index in region.region:
-            visit(index.min)
+    groups = [int(node.b) for node in read_index_nodes(block)
+              if isinstance(node, (tirx.FloorDiv, tirx.FloorMod))
+              and isinstance(node.b, tirx.IntImm) and node.a.same_as(axis)]
     if not groups:
         return vector
     return dataclasses.replace(vector, lanes=min(vector.lanes, lanes_for(math.gcd(*groups),

@@ -44,6 +44,17 @@ def uses(expr, var: tirx.Var) -> bool:
     return any(v.same_as(var) for v in tirx.analysis.undefined_vars(expr))
 
 
+def read_index_nodes(block):
+    """Every node of the index expressions ``block`` reads at (sums, products and divisions of
+    its iterators), each expression's subterms included."""
+    pending = [index.min for region in block.reads for index in region.region]
+    while pending:
+        node = pending.pop()
+        yield node
+        pending.extend(operand for operand in (getattr(node, "a", None), getattr(node, "b", None))
+                       if operand is not None)
+
+
 def lanes_for(extent: int | None, max_lanes: int) -> int:
     """The widest power-of-two vector (at most ``max_lanes``) that divides ``extent``."""
     if extent is None:

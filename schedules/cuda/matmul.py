@@ -36,7 +36,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.s_tir.dlight.gpu.matmul import (
     auto_inline_consumer_chain, auto_inline_producers, get_index_map, get_reduction_blocks,
 )
-from ..cpu._tir import lanes_for, static_int, uses
+from ..cpu._tir import lanes_for, read_index_nodes, static_int, uses
 from . import cp_async  # noqa: F401 - the cp.async code generator with 64-bit source offsets
 
 #: The name a kernel of this file reports as its implementation.
@@ -321,9 +321,9 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
 
 def _ramp_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:
     """``lanes``, or 4 where ``block`` reads at an index of its innermost axis divided (or
-    taken modulo) by a constant that ``lanes`` does not divide: 8 lanes of int32 index math are not printable
-    by TVM's CUDA codegen, 4 are (``make_int4``)."""
-    broken, inner = [], block.iter_vars[-1].var  # the axis the vector runs along
+    taken modulo) by a constant that ``lanes`` does not divide: 8 lanes of int32 index math
+    are not printable by TVM's CUDA codegen, 4 are (``make_int4``)."""
+    inner = block.iter_vars[-1].var  # the axis the vector runs along
 
     def has_inner(node) -> bool:
         """Whether ``node`` varies along a vector of the innermost axis (a division by a
@@ -335,17 +335,9 @@ def _ramp_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:
             has_inner(operand) for operand in (getattr(node, "a", None), getattr(node, "b", None))
             if operand is not None)
 
-    def visit(node):
-        if isinstance(node, (tirx.FloorDiv, tirx.FloorMod)) and isinstance(node.b, tirx.IntImm) \
-                and int(node.b) % lanes and has_inner(node.a):
-            broken.append(node)
-        for operand in (getattr(node, "a", None), getattr(node, "b", None)):
-            if operand is not None:
-                visit(operand)
-
-    for region in block.reads:
-        for index in region.region:
-            visit(index.min)
+    broken = any(isinstance(node, (tirx.FloorDiv, tirx.FloorMod))
+                 and isinstance(node.b, tirx.IntImm) and int(node.b) % lanes and has_inner(node.a)
+                 for node in read_index_nodes(block))
     return min(lanes, 4) if broken else lanes
 
 

@@ -18,6 +18,8 @@ import ml_dtypes
 import tvm
 from tvm import relax
 
+from ._rewrite import NARROW_FLOATS
+
 HALF, BF16 = "float16", "bfloat16"
 
 
@@ -46,12 +48,12 @@ class _Narrow(relax.PyExprMutator):
         attrs = call.attrs
         if not isinstance(call.op, tvm.ir.Op) or attrs is None:
             return call
-        if call.op.name in _NORMS and _dtype(call.args[0]) in (HALF, BF16):
+        if call.op.name in _NORMS and _dtype(call.args[0]) in NARROW_FLOATS:
             # a norm ToMixedPrecision let follow a float16 input (ViT's first LayerNorm, after
             # the patch embedding's add): computed in float32 and narrowed after, as the others
             # are; topi's layer_norm takes no bfloat16 (FoldConstant, which legalizes every
             # call, stopped ViT's bf16 build on it)
-            args = [relax.op.astype(arg, "float32") if _dtype(arg) in (HALF, BF16) else arg
+            args = [relax.op.astype(arg, "float32") if _dtype(arg) in NARROW_FLOATS else arg
                     for arg in call.args]
             return relax.op.astype(relax.Call(call.op, args, attrs, call.ty_args), BF16)
         half = [name for name in ("dtype", "out_dtype")
