@@ -9,8 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+import tvm
 
 from tvmfuse import api
+from tvmfuse.bench.session import bench
 from tvmfuse.verify import verify
 
 from conftest import HOST, REPO
@@ -22,6 +24,7 @@ SUITE = "benchmarks/suite/models.py"
 TARGET = api.get_target(HOST)
 #: Architectures without attention layers.
 CONVNETS = {"regnet", "efficientnet", "convnext"}
+GPU = tvm.cuda(0).exist
 
 
 def _check(source: str, tmp_path):
@@ -51,3 +54,22 @@ def test_small_config_builds_verifies_and_fuses_attention(name, tmp_path, monkey
 def test_full_size_builds_and_verifies(name, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     _check(f"{SUITE}:{name}", tmp_path)
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(ARCHITECTURES))
+def test_small_config_on_cuda_as_accurate_as_pytorch(name, dtype, monkeypatch):
+    """Each architecture built for the H200 in half precision (tensor-core GEMMs, the attention
+    kernel, the fused epilogues) runs within 1e-2 of PyTorch fp32, and no less accurate than
+    PyTorch eager in the same precision on the same GPU and inputs (within 10%: two roundings of
+    the same sums differ by chance)."""
+    monkeypatch.chdir(REPO)
+    model = api.import_model(f"{SUITE}:{name}_small")
+    report = bench(model, api.get_target("cuda-sm90"), ["tvmfuse", "torch-eager"],
+                   options=api.BuildOptions(use_database=False, dtype=dtype), threads=1,
+                   repeat=2, max_seconds=2, peak=False, dtype=dtype)
+    assert not report.skipped, report.skipped
+    err = {r.engine: r.rel_err for r in report.results}
+    assert err["tvmfuse"] < 1e-2, err
+    assert err["tvmfuse"] <= 1.1 * err["torch-eager"], err

@@ -1,0 +1,24 @@
+#!/bin/bash
+# Session 28's GPU calls (run from the project root on the host; results to $OUT):
+#   run.sh tests   every CUDA kernel's numeric tests (tests/schedules/test_cuda_*.py) and the
+#                  suite's small configs built for cuda-sm90 in fp16 and bf16 against PyTorch
+#                  (tests/test_suite.py -k cuda), three pytest processes side by side
+#   run.sh suite   full-size ViT and RoBERTa fp16 (batch 1, the suite's inputs) beside PyTorch
+#                  eager and torch.compile with CUDA graphs, in fp16
+OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
+PYTEST="python3 -m pytest -q -p no:cacheprovider -W ignore"
+case "$1" in
+tests)
+    timeout 520 $PYTEST tests/schedules/test_cuda_*.py > "$OUT/pytest-cuda-kernels.log" 2>&1 &
+    timeout 520 $PYTEST tests/test_suite.py -k "cuda and float16" > "$OUT/pytest-suite-fp16.log" 2>&1 &
+    timeout 520 $PYTEST tests/test_suite.py -k "cuda and bfloat16" > "$OUT/pytest-suite-bf16.log" 2>&1 &
+    wait
+    for f in "$OUT"/pytest-*.log; do echo "== $f"; tail -6 "$f"; done ;;
+suite)
+    for model in vit roberta; do
+        timeout 280 python3 -m tvmfuse bench benchmarks/suite/models.py:$model --target cuda-sm90 \
+            --dtype fp16 --no-db --engines tvmfuse,torch-eager,torch-compile-cudagraphs \
+            --json "$OUT/$model-fp16-b1.json" 2>&1 | tr -d '\000' | grep -v Warning | tail -6
+    done ;;
+*) echo "usage: run.sh tests|suite" >&2; exit 2 ;;
+esac
