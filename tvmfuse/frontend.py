@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import tvm
 from torch.utils import _pytree
-from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+from torch.utils.flop_counter import FlopCounterMode
 from tvm import relax
 from tvm.relax.frontend.onnx import from_onnx
 from tvm.relax.frontend.torch import from_exported_program
@@ -392,8 +392,12 @@ def count_flops(model: ImportedModel) -> float | None:
 
 
 def _cpu_attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs):
-    """PyTorch's own count for the fused attention kernels of other devices (both GEMMs)."""
-    return sdpa_flop_count(query_shape, key_shape, value_shape)
+    """Both GEMMs of one attention, ``[batch, heads, queries, dim]`` queries against keys and
+    values of as many or fewer heads (grouped-query attention, which PyTorch 2.11's own
+    ``sdpa_flop_count`` refuses as incompatible shapes)."""
+    batch, heads, queries, dim = query_shape
+    keys, value_dim = key_shape[-2], value_shape[-1]
+    return 2 * batch * heads * queries * keys * (dim + value_dim)
 
 
 # --- ONNX ------------------------------------------------------------------------------------

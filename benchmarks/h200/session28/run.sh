@@ -3,6 +3,10 @@
 #   run.sh tests   every CUDA kernel's numeric tests (tests/schedules/test_cuda_*.py) and the
 #                  suite's small configs built for cuda-sm90 in fp16 and bf16 against PyTorch
 #                  (tests/test_suite.py -k cuda), three pytest processes side by side
+#   run.sh t5      which kernel of T5's small config turns finite values into NaN on the GPU (fp16
+#                  and bf16: both builds' outputs were NaN, not on the CPU), then the Llama
+#                  configs' suite tests again (PyTorch 2.11's FLOP counter refused their grouped-
+#                  query attention before the bench ran)
 #   run.sh suite   full-size ViT and RoBERTa fp16 (batch 1, the suite's inputs) beside PyTorch
 #                  eager and torch.compile with CUDA graphs, in fp16
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
@@ -14,11 +18,19 @@ tests)
     timeout 520 $PYTEST tests/test_suite.py -k "cuda and bfloat16" > "$OUT/pytest-suite-bf16.log" 2>&1 &
     wait
     for f in "$OUT"/pytest-*.log; do echo "== $f"; tail -6 "$f"; done ;;
+t5)
+    for dtype in float16 bfloat16; do
+        timeout 150 python3 benchmarks/h200/session28/first_nan.py \
+            benchmarks/suite/models.py:t5_small $dtype 2>&1 | grep -v Warning | tail -8
+        [ -f "$OUT/first-nan.npz" ] && mv "$OUT/first-nan.npz" "$OUT/first-nan-$dtype.npz"
+    done
+    timeout 250 $PYTEST tests/test_suite.py -k "cuda and llama" > "$OUT/pytest-suite-llama.log" 2>&1
+    tail -4 "$OUT/pytest-suite-llama.log" ;;
 suite)
     for model in vit roberta; do
         timeout 280 python3 -m tvmfuse bench benchmarks/suite/models.py:$model --target cuda-sm90 \
             --dtype fp16 --no-db --engines tvmfuse,torch-eager,torch-compile-cudagraphs \
             --json "$OUT/$model-fp16-b1.json" 2>&1 | tr -d '\000' | grep -v Warning | tail -6
     done ;;
-*) echo "usage: run.sh tests|suite" >&2; exit 2 ;;
+*) echo "usage: run.sh tests|t5|suite" >&2; exit 2 ;;
 esac
