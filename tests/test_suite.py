@@ -13,7 +13,7 @@ import tvm
 
 from tvmfuse import api
 from tvmfuse.bench.session import bench
-from tvmfuse.verify import verify
+from tvmfuse.verify import TOLERANCE, verify
 
 from conftest import HOST, REPO
 
@@ -61,9 +61,10 @@ def test_full_size_builds_and_verifies(name, tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", list(ARCHITECTURES))
 def test_small_config_on_cuda_as_accurate_as_pytorch(name, dtype, monkeypatch):
     """Each architecture built for the H200 in half precision (tensor-core GEMMs, the attention
-    kernel, the fused epilogues) runs within 1e-2 of PyTorch fp32, and no less accurate than
-    PyTorch eager in the same precision on the same GPU and inputs (within 10%: two roundings of
-    the same sums differ by chance)."""
+    kernel, the fused epilogues) runs within its precision's tolerance of PyTorch fp32 (1e-2 for
+    fp16, 2e-2 for bf16; or PyTorch's own error in that precision where it is larger: a deep
+    convnet in bf16) and no less accurate than PyTorch eager in the same precision on the same
+    GPU and inputs (within 10%: two roundings of the same sums differ by chance)."""
     monkeypatch.chdir(REPO)
     model = api.import_model(f"{SUITE}:{name}_small")
     report = bench(model, api.get_target("cuda-sm90"), ["tvmfuse", "torch-eager"],
@@ -71,5 +72,5 @@ def test_small_config_on_cuda_as_accurate_as_pytorch(name, dtype, monkeypatch):
                    repeat=2, max_seconds=2, peak=False, dtype=dtype)
     assert not report.skipped, report.skipped
     err = {r.engine: r.rel_err for r in report.results}
-    assert err["tvmfuse"] < 1e-2, err
+    assert err["tvmfuse"] < max(TOLERANCE[dtype], err["torch-eager"]), err
     assert err["tvmfuse"] <= 1.1 * err["torch-eager"], err

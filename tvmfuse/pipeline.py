@@ -16,11 +16,11 @@ from tvm import relax
 from . import strategy
 from .errors import CompileError, TvmfuseError, one_line
 from .passes import (
-    Conv1DAsConv2D, DecomposeClip, FoldBatchNorm, FoldConstantCasts, FoldGeluTanh,
-    FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention, GlobalPoolToReduce,
-    MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul, MergeSummedConv,
-    NarrowToBFloat16, PointConvAsMatmul, PrepackWeights, StoreNarrowed, VerifyFusion,
-    WidenEpilogues,
+    Conv1DAsConv2D, DecomposeClip, ExpandIntegerPower, FoldBatchNorm, FoldConstantCasts,
+    FoldGeluTanh, FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention,
+    GlobalPoolToReduce, MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul,
+    MergeSummedConv, NarrowToBFloat16, PointConvAsMatmul, PrepackWeights, StoreNarrowed,
+    VerifyFusion, WidenEpilogues,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -113,6 +113,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             FoldPadIntoConv(),  # "same" padding as its own pad op: the conv's padding
             Conv1DAsConv2D(),  # 1-D convs (an audio stem) through the 2-D conv path
             FoldGeluTanh(),  # GPT-2's GELU, written out: one gelu_tanh
+            ExpandIntegerPower(),  # RMSNorm's x ** 2 as x * x (CUDA's fast powf: NaN for x < 0)
             _if(rules["fold_batch_norm"].enabled, FoldBatchNorm()),
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,

@@ -3,6 +3,7 @@
 from .apply_schedule_rules import ApplyScheduleRules
 from .conv1d_as_conv2d import Conv1DAsConv2D
 from .decompose_clip import DecomposeClip
+from .expand_integer_power import ExpandIntegerPower
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
 from .fold_gelu_tanh import FoldGeluTanh
@@ -29,8 +30,9 @@ from .widen_epilogues import WidenEpilogues
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "FoldBatchNorm",
-           "FoldConstantCasts", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
+__all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "ExpandIntegerPower",
+           "FoldBatchNorm", "FoldConstantCasts", "FoldGeluTanh", "FoldLayoutGlue",
+           "FoldMatmulReshape",
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
            "NormalizeSqueezeAxes", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
