@@ -90,8 +90,38 @@ def test_a_fp16_build_records_its_precision_and_verifies_within_it(tmp_path):
     assert manifest["precision"] == "float16"
     worst = float(result.stderr.split("worst relative L2 error ")[1].split()[0])
     assert 1e-4 < worst < 1e-2  # float16's error: more than float32 would have, within 1e-2
+    # the manifest records the error and PyTorch's own in float16 on the same inputs
+    (check,) = manifest["verification"]["checks"]
+    assert check["rel_err"] == pytest.approx(worst, rel=1e-2)
+    assert check["peer"] == "pytorch float16" and 1e-4 < check["peer_err"] < 1e-2
+    assert check["at"] == manifest["verification"]["examples_at"]
     result = run_cli("run", str(folder), "--check", cwd=tmp_path)  # (it writes outputs.npz)
     assert result.returncode == 0, result.stderr
+
+
+def test_run_check_accepts_the_recorded_peer_error_over_the_tolerance(tmp_path):
+    """A narrow build over its precision's tolerance passes ``run --check`` only where it is no
+    less accurate than PyTorch in that precision was on the saved inputs (the manifest's
+    record): the saved reference is moved 5% away here, past bf16's 2e-2."""
+    folder = tmp_path / "bf16"
+    assert run_cli("build", "tiny-transformer", "--dtype", "bf16", "-o", str(folder),
+                   "--verify").returncode == 0
+    with np.load(folder / "check.npz") as saved:
+        arrays = dict(saved)
+    rng = np.random.default_rng(0)
+    ref = arrays["output:output0"]
+    noise = rng.standard_normal(ref.shape).astype("float32")
+    arrays["output:output0"] = ref + 0.05 * noise * np.linalg.norm(ref) / np.linalg.norm(noise)
+    np.savez(folder / "check.npz", **arrays)
+    result = run_cli("run", str(folder), "--check", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "> tolerance 2e-02 and pytorch bfloat16's" in result.stderr
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["verification"]["checks"][0]["peer_err"] = 0.08
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    result = run_cli("run", str(folder), "--check", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "no less accurate than pytorch bfloat16" in result.stderr
 
 
 def test_run_rejects_wrong_shape_and_dtype(built, tmp_path):

@@ -8,6 +8,7 @@ that the verifier runs on them. Weights stay bound as constants so later passes 
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
 import importlib.util
 import inspect
@@ -58,6 +59,24 @@ class ImportedModel:
     value_ranges: dict = field(default_factory=dict)
     #: The largest size of each bounded symbolic dimension (``{"seq": 512}``).
     bounds: dict = field(default_factory=dict)
+
+    def reference_in(self, dtype: str, device: str = "cpu") -> Reference:
+        """The PyTorch module computing in ``dtype`` (float16, bfloat16) on ``device``, on a
+        copy: what a build in that precision is held against (:mod:`tvmfuse.verify`). Float
+        inputs are cast to ``dtype``, float outputs returned in float32."""
+        precision = getattr(torch, dtype)
+        module = copy.deepcopy(self.torch_module).to(device=device, dtype=precision)
+
+        def reference(*arrays):
+            args = (torch.from_numpy(a).to(device, precision if a.dtype.kind == "f" else None)
+                    for a in arrays)
+            with torch.no_grad():
+                out = module(*args)
+            return _flatten_torch(_pytree.tree_map(
+                lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point()
+                else t, out))
+
+        return reference
 
     def inputs_at(self, sizes: dict[str, int]) -> list[np.ndarray]:
         """Seeded random inputs with the symbolic dimensions at ``sizes``, drawn as the

@@ -49,7 +49,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.bench:
         env.short_openmp_spin()  # before torch is imported
     from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
-    from ..verify import verify  # noqa: PLC0415
+    from ..verify import record, verify  # noqa: PLC0415
 
     target = api.get_target(args.target)
     reason = target.why_not_runnable()
@@ -67,9 +67,11 @@ def handle(args: argparse.Namespace) -> int:
         loaded["deployed"] = deployed = api.load(staged, args.rpc)
         if args.verify:
             checks = verify(deployed, model)
+            record(staged, checks, model.reference_name)
             worst = max(checks, key=lambda c: c.rel_err)
-            log.info("verified %d output(s) against %s: worst relative L2 error %.2e (%s)",
-                     len(checks), model.reference_name, worst.rel_err, worst.name)
+            peer = "" if worst.peer_err is None else f"; {worst.peer} {worst.peer_err:.2e}"
+            log.info("verified %d output(s) against %s: worst relative L2 error %.2e (%s%s)",
+                     len(checks), model.reference_name, worst.rel_err, worst.name, peer)
 
     api.build(compiled, args.output, check=check if args.verify or args.bench else None)
     if args.bench:
