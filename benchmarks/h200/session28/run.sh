@@ -10,6 +10,8 @@
 #   run.sh rms     after ExpandIntegerPower (x ** 2 as x * x: CUDA's fast-math powf was the NaN):
 #                  the suite tests of the RMSNorm models (Llama, T5) and EfficientNet, whose bf16
 #                  error (ours 3.9e-2, PyTorch's 4.4e-2) is over bf16's 2e-2; then ViT fp16
+#   run.sh errors  every suite small config's error in fp16 and bf16 beside PyTorch eager's on the GPU
+#                  (suite_errors.py, three processes side by side), for BENCHMARKS.md
 #   run.sh suite   full-size ViT and RoBERTa fp16 (batch 1, the suite's inputs) beside PyTorch
 #                  eager and torch.compile with CUDA graphs, in fp16
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
@@ -39,6 +41,13 @@ rms)
     wait
     for f in "$OUT"/pytest-*.log; do echo "== $f"; grep -E "^E  .*Assert|passed|failed" "$f" | tail -8; done
     bash "$0" vit ;;
+errors)
+    E="python3 benchmarks/h200/session28/suite_errors.py $OUT/suite-errors.jsonl"
+    timeout 400 $E gpt2 llama llama_prefill llama_decode t5 > "$OUT/errors-1.log" 2>&1 &
+    timeout 400 $E roberta distilbert vit clip_vision swin > "$OUT/errors-2.log" 2>&1 &
+    timeout 400 $E whisper_encoder regnet efficientnet convnext > "$OUT/errors-3.log" 2>&1 &
+    wait
+    grep -h "float16" "$OUT"/errors-*.log ;;
 vit|suite)
     [ "$1" = vit ] && models=vit || models="vit roberta"
     for model in $models; do
@@ -46,5 +55,5 @@ vit|suite)
             --dtype fp16 --no-db --engines tvmfuse,torch-eager,torch-compile-cudagraphs \
             --json "$OUT/$model-fp16-b1.json" 2>&1 | tr -d '\000' | grep -v Warning | tail -6
     done ;;
-*) echo "usage: run.sh tests|t5|rms|vit|suite" >&2; exit 2 ;;
+*) echo "usage: run.sh tests|t5|rms|errors|vit|suite" >&2; exit 2 ;;
 esac
