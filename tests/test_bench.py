@@ -224,3 +224,19 @@ def test_float16_transformers_build_with_attention_fused(target, tmp_path):
     (ref,) = model.reference(*model.example_inputs)
     # computed in float16 (visibly less exact than float32), within its reach of PyTorch fp32
     assert 1e-6 < relative_error(out, ref) < 1e-2
+
+
+@pytest.mark.skipif(not __import__("tvm").cuda(0).exist,
+                    reason="needs a CUDA GPU (run on the GPU host)")
+def test_a_gpu_bench_leaves_the_model_on_the_cpu():
+    """The GPU bench moves a copy of the module to the GPU: the model's reference (CPU inputs)
+    still runs, and a second bench of the same model (another precision) works."""
+    from tvmfuse.bench.session import bench  # noqa: PLC0415
+
+    model = api.import_model("tiny-transformer")
+    for dtype in ("float16", "bfloat16"):
+        report = bench(model, api.get_target("cuda-sm90"), ["tvmfuse", "torch-eager"],
+                       options=api.BuildOptions(use_database=False, dtype=dtype), threads=1,
+                       repeat=2, max_seconds=2, peak=False, dtype=dtype)
+        assert not report.skipped and all(r.rel_err < 1e-2 for r in report.results)
+    model.reference(*model.example_inputs)

@@ -5,6 +5,7 @@ library against the model's reference."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from pathlib import Path
@@ -51,7 +52,9 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
         # Strict fp32 on both sides: cuDNN and cuBLAS would otherwise use TF32.
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
-        ctx.torch_module = ctx.torch_module.to("cuda")
+        # on a copy: Module.to moves the model's own parameters, and its reference (CPU
+        # inputs) could not run again afterwards
+        ctx.torch_module = copy.deepcopy(ctx.torch_module).to("cuda")
     report = Report(
         model=model.source, target=target.name, threads=threads,
         batch=next((d for d in model.inputs[0].shape[:1] if isinstance(d, int)), None),

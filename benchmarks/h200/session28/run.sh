@@ -11,7 +11,9 @@
 #                  the suite tests of the RMSNorm models (Llama, T5) and EfficientNet, whose bf16
 #                  error (ours 3.9e-2, PyTorch's 4.4e-2) is over bf16's 2e-2; then ViT fp16
 #   run.sh errors  every suite small config's error in fp16 and bf16 beside PyTorch eager's on the GPU
-#                  (suite_errors.py, three processes side by side), for BENCHMARKS.md
+#                  (suite_errors.py, three processes side by side), for BENCHMARKS.md; the
+#                  bench's test that a GPU run leaves the model's module on the CPU (the first
+#                  errors run stopped at the second precision of each model: fixed)
 #   run.sh suite   full-size ViT and RoBERTa fp16 (batch 1, the suite's inputs) beside PyTorch
 #                  eager and torch.compile with CUDA graphs, in fp16
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
@@ -47,7 +49,8 @@ errors)
     timeout 400 $E roberta distilbert vit clip_vision swin > "$OUT/errors-2.log" 2>&1 &
     timeout 400 $E whisper_encoder regnet efficientnet convnext > "$OUT/errors-3.log" 2>&1 &
     wait
-    grep -h "float16" "$OUT"/errors-*.log ;;
+    grep -h "float16" "$OUT"/errors-*.log
+    timeout 100 $PYTEST tests/test_bench.py -k gpu_bench 2>&1 | tail -2 ;;
 vit|suite)
     [ "$1" = vit ] && models=vit || models="vit roberta"
     for model in $models; do
