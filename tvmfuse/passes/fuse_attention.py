@@ -34,7 +34,9 @@ import tvm
 from tvm import relax
 
 from .. import names
-from ._rewrite import calls_op, dims_equal, dims_of, scalar_constant, shapes_equal
+from ._rewrite import (
+    NARROW_FLOATS, calls_op, dims_equal, dims_of, scalar_constant, shapes_equal,
+)
 
 #: The fusion rule this pass implements, as the build report names it.
 RULE = "tvmfuse.fused_attention"
@@ -189,9 +191,13 @@ def _match(softmax: relax.VarBinding, values, users):
     merged = _merge_heads(pv[0], values, users, (batch, seq, heads * head_dim))
     if merged is None:
         return None
-    dtype = str(q[0].tensor.ty.dtype)  # storage; the probabilities may be float32 (fp16 builds)
-    if any(str(t.tensor.ty.dtype) != dtype for t in (k[0], v[0])) or str(
-            values[merged].ty.dtype) != dtype:
+    # storage: the output's; the probabilities may be float32 (fp16 builds), and so may heads
+    # computed apart (rotary embeddings on float32 cos and sin: ToMixedPrecision casts them
+    # to float16 only for the matmul), which the kernel's call casts as the graph did
+    dtype = str(values[merged].ty.dtype)
+    if any(str(t.tensor.ty.dtype) != dtype and not (
+            t.heads_first and dtype in NARROW_FLOATS and str(t.tensor.ty.dtype) == "float32")
+            for t in (q[0], k[0], v[0])):
         return None
     attention = AttentionShape(
         batch=batch, seq=seq, kv_seq=kv_seq, heads=heads, head_dim=head_dim,
@@ -495,6 +501,8 @@ class _Rewriter(relax.PyExprMutator):
         tensor = self.visit_expr(operand.tensor)
         if not operand.heads_first:
             return tensor
+        if str(tensor.ty.dtype) != shape.dtype:  # float32 heads of a narrow chain
+            tensor = self.builder_.emit(relax.op.astype(tensor, shape.dtype))
         merged = self.builder_.emit(relax.op.permute_dims(tensor, [0, 2, 1, 3]))
         return self.builder_.emit(relax.op.reshape(
             merged, (shape.batch, seq, shape.heads * shape.head_dim)))
