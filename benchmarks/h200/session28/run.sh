@@ -14,6 +14,8 @@
 #                  (suite_errors.py, three processes side by side), for BENCHMARKS.md; the
 #                  bench's test that a GPU run leaves the model's module on the CPU (the first
 #                  errors run stopped at the second precision of each model: fixed)
+#   run.sh gqa     after FuseAttention took Llama's float32 rotary heads in fp16/bf16 builds: Llama
+#                  prefill's errors (suite_errors.py) and its suite tests on the GPU
 #   run.sh suite   full-size ViT and RoBERTa fp16 (batch 1, the suite's inputs) beside PyTorch
 #                  eager and torch.compile with CUDA graphs, in fp16
 OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
@@ -51,6 +53,12 @@ errors)
     wait
     grep -h "float16" "$OUT"/errors-*.log
     timeout 100 $PYTEST tests/test_bench.py -k gpu_bench 2>&1 | tail -2 ;;
+gqa)
+    timeout 130 python3 benchmarks/h200/session28/suite_errors.py "$OUT/gqa-errors.jsonl" \
+        llama_prefill > "$OUT/gqa-errors.log" 2>&1 &
+    timeout 130 $PYTEST tests/test_suite.py -k "cuda and llama_prefill" > "$OUT/pytest-gqa.log" 2>&1 &
+    wait
+    grep -h "float16" "$OUT/gqa-errors.log"; tail -2 "$OUT/pytest-gqa.log" ;;
 vit|suite)
     [ "$1" = vit ] && models=vit || models="vit roberta"
     for model in $models; do
@@ -58,5 +66,5 @@ vit|suite)
             --dtype fp16 --no-db --engines tvmfuse,torch-eager,torch-compile-cudagraphs \
             --json "$OUT/$model-fp16-b1.json" 2>&1 | tr -d '\000' | grep -v Warning | tail -6
     done ;;
-*) echo "usage: run.sh tests|t5|rms|errors|vit|suite" >&2; exit 2 ;;
+*) echo "usage: run.sh tests|t5|rms|errors|gqa|vit|suite" >&2; exit 2 ;;
 esac
