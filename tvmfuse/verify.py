@@ -79,8 +79,14 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
     peer = _peer(deployed, model)
     for at, arrays in _input_sets(model):
         refs = model.reference(*arrays)
-        peer_errs = None if peer is None else [relative_error(o, r)
-                                               for o, r in zip(peer[1](*arrays), refs)]
+        peer_errs = None
+        if peer is not None:
+            try:
+                peer_errs = [relative_error(o, r) for o, r in zip(peer[1](*arrays), refs)]
+            except Exception as err:  # noqa: BLE001 - an op without a kernel in that precision
+                log.warning("cannot run %s (%s): the build is checked against the tolerance "
+                            "alone", peer[0], one_line(err))
+                peer = None
         checks += compare(deployed, deployed.run(arrays), refs, at, model.reference_name,
                           peer and peer[0], peer_errs)
     return _judge(checks, model.reference_name)
