@@ -98,6 +98,21 @@ FILL_EXPONENT_16 = 0.15
 PADDED_ROWS_32 = 0.9
 
 
+#: The L2 cache a core's GEMM tiles share with nothing else (Zen 4 and Zen 5: 1 MiB; Zen 3
+#: 512 KiB, whose AVX2 tiles are 16 columns wide; Emerald Rapids 2 MiB).
+L2_BYTES = 1 << 20
+#: What a GEMM's tile keeps of its rate when its weight panel (the reduction's depth x the
+#: tile's columns) and its input rows do not fit in 7/8 of the L2: each row tile reads the panel
+#: from L3 again. On 2 Zen 5 cores (kernel_bench.py dense, fastest of 5 rounds, GFLOP/s),
+#: 197 x K x 768 in 3 x 7 tiles (112 columns) against 4 x 4 (64): K = 1024 429 / 450, 1536
+#: 428 / 484, 2048 376 / 481, 3072 299 / 436 (4 x 4's own 786 KiB panel: 8 x 2 ran 466).
+SPILLED_PANEL = 0.7
+
+
+def _panel_fits(tile: Tile, depth: int) -> bool:
+    return depth * 4 * (tile.blocks * tile.lanes + tile.rows) <= L2_BYTES * 7 // 8
+
+
 def accumulator_budget(vector: Vector, tall: bool = False) -> int:
     """How many of the register file's vectors a tile's accumulators may take: half (measured on
     Zen 4: 8x2 and 4x4 tiles ran a 3x3 conv at 109 GFLOP/s, 4x1 at 108, 14x2 at 110), or for a
@@ -113,7 +128,7 @@ def _block_efficiency(vector: Vector, tall: bool) -> dict[int, float]:
 
 
 def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
-                pad: bool = False, tall: bool = False) -> Tile | None:
+                pad: bool = False, tall: bool = False, depth: int | None = None) -> Tile | None:
     """The register tile with the best :func:`tile_score` for the output, leaving registers for
     the operands.
 
@@ -124,7 +139,8 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
     tiles (:func:`_row_multiple`), a conv's last row tile is predicated. Columns must divide
     unless ``pad``: then they are padded to whole tiles of full vectors (see :func:`_pad`).
     ``tall``: a GEMM's tile, which in 16 registers takes 12 accumulators (see
-    :func:`accumulator_budget`).
+    :func:`accumulator_budget`); its reduction ``depth``, where known, weighs the tiles whose
+    weight panel would not stay in the L2 (SPILLED_PANEL).
     """
     lanes = vector.lanes if pad else lanes_for(cols_extent, vector.lanes)
     if min(lanes, cols_extent) < min(4, vector.lanes):
@@ -156,9 +172,9 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
         shorter = range(rows - 1, max(rows // 2, 1) - 1, -1) if (
             tall and vector.registers < 32 and rows_extent) else ()
         for tile in (Tile(r, blocks, lanes) for r in (rows, *shorter)):
-            if best is None or tile_score(tile, rows_extent, cols_extent, vector,
-                                          tall) > tile_score(best, rows_extent, cols_extent,
-                                                             vector, tall):
+            if best is None or tile_score(tile, rows_extent, cols_extent, vector, tall,
+                                          depth) > tile_score(best, rows_extent, cols_extent,
+                                                              vector, tall, depth):
                 best = tile
     return best
 
@@ -215,9 +231,10 @@ def _dividing_rows(rows: int, rows_extent: int | None) -> int:
 
 
 def tile_score(tile: Tile, rows: int | None, cols: int, vector: Vector,
-               tall: bool = False) -> float:
+               tall: bool = False, depth: int | None = None) -> float:
     """The expected share of the FMA peak: accumulators doing real rows and columns, in full
-    vectors, with enough blocks to reuse each broadcast."""
+    vectors, with enough blocks to reuse each broadcast, and (a GEMM's, of reduction ``depth``)
+    weights that stay in the L2 across its row tiles."""
     width = tile.blocks * tile.lanes
     useful = cols / (-(-cols // width) * width)
     if rows:
@@ -229,6 +246,8 @@ def tile_score(tile: Tile, rows: int | None, cols: int, vector: Vector,
     if tall and vector.registers >= 32 and rows and rows % tile.rows:
         useful *= PADDED_ROWS_32
     efficiency = _block_efficiency(vector, tall).get(tile.blocks, 0.0)
+    if tall and depth and not _panel_fits(tile, depth):
+        efficiency *= SPILLED_PANEL
     return efficiency * useful * filled * tile.lanes / vector.lanes
 
 
@@ -292,7 +311,8 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         rows = math.prod(static_extent(sch, loops[i]) for i in merged)
     if row_chunks and len(spatial) < 2:
         return None
-    tile = choose_tile(rows, cols, vector, tall=tall)
+    depth = math.prod(static_extent(sch, loop) or 0 for loop in reduce) or None
+    tile = choose_tile(rows, cols, vector, tall=tall, depth=depth)
     undivided = merged is not None and tile is not None and rows % tile.rows != 0
     if undivided:
         # merged rows stay predicated (see _row_multiple): a tile that does not divide them
@@ -303,13 +323,14 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         tile = choose_tile(rows, cols, vector)
         if rows % tile.rows:
             tile = dividing_tile(rows, cols, vector) or tile
-    padded = choose_tile(rows, cols, vector, pad=True, tall=tall)
+    padded = choose_tile(rows, cols, vector, pad=True, tall=tall, depth=depth)
     if undivided and padded is not None and rows % padded.rows:
         padded = dividing_tile(rows, cols, vector, pad=True)
     # a column tail, or columns no large tile divides: whole tiles over padded columns; and the
     # rows in whole tiles (see _row_multiple)
-    if padded is not None and (tile is None or tile_score(padded, rows, cols, vector, tall)
-                               > tile_score(tile, rows, cols, vector, tall)) and _pads_weights(
+    if padded is not None and (tile is None or tile_score(padded, rows, cols, vector, tall,
+                                                          depth)
+                               > tile_score(tile, rows, cols, vector, tall, depth)) and _pads_weights(
                                    sch, anchor):
         if _pad(sch, anchor, padded, columns=True,
                 rows=_row_multiple(rows, padded, merged)):

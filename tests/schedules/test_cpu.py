@@ -15,6 +15,7 @@ from tvmfuse import api
 from tvmfuse.schedules import cpu
 from tvmfuse.names import LAYOUT_REWRITE_PREPROC
 from tvmfuse.targets import Vector
+from tvmfuse.verify import verify
 
 from conftest import HOST, relax_main
 
@@ -311,6 +312,25 @@ def test_register_tile_fits_the_register_file(vector, tile):
                                                                           Vector(16, 32))
     assert chosen.rows * chosen.blocks + chosen.blocks + 1 <= vector.registers
     assert choose_tile(7, 32, Vector(16, 32)).rows == 7  # 7x7 maps: rows divide the width
+
+
+def test_deep_gemm_tiles_keep_their_weight_panel_in_the_l2(tmp_path):
+    """ViT's FFN2 (197 x 3072 -> 768): the 3 x 7 tile over padded columns (112 wide) reads a
+    1.4 MiB weight panel per row tile, past a 1 MiB L2 (299 GFLOP/s on Zen 5 where 4 x 4, 835 KiB
+    with its input rows, ran 436); at BERT's depth 768 it stays the choice. A GEMM's numbers in
+    the chosen tile at depth 3072."""
+    from tvmfuse.schedules.cpu._blocked import Tile, choose_tile
+
+    avx512 = Vector(16, 32)
+    assert choose_tile(197, 768, avx512, tall=True, pad=True, depth=768) == Tile(3, 7, 16)
+    for depth in (2048, 3072):
+        assert choose_tile(197, 768, avx512, tall=True, pad=True, depth=depth) == Tile(4, 4, 16)
+        assert choose_tile(197, 768, avx512, tall=True, depth=depth) == Tile(4, 4, 16)
+    torch.manual_seed(0)
+    model = api.import_torch(torch.nn.Linear(3072, 200).eval(), [torch.randn(1, 37, 3072)])
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions(use_database=False))
+    (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert check.rel_err < 1e-5
 
 
 def test_sixteen_register_tiles_reuse_their_weights_and_divide_the_rows():
