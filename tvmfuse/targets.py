@@ -34,6 +34,8 @@ class Vector:
     lanes: int
     #: Architectural vector registers (AVX-512 and NEON: 32, SSE: 16).
     registers: int
+    #: LLVM's name of the core (``znver5``), where a schedule's choices depend on it; "" if not.
+    core: str = ""
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,7 @@ def _avx512(cpu: str | None = None) -> TargetSpec:
         description=f"this host's x86-64 CPU with AVX-512 ({cpu}, {_host_cores()} cores)",
         rules_section="avx512",
         cpu_flags=("avx512f",),
-        vector=Vector(lanes=16, registers=32),
+        vector=Vector(lanes=16, registers=32, core=cpu),
     )
 
 

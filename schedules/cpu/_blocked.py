@@ -123,8 +123,22 @@ def accumulator_budget(vector: Vector, tall: bool = False) -> int:
     return vector.registers // 2
 
 
+#: BLOCK_EFFICIENCY for a GEMM's tiles on cores whose 512-bit FMAs are full width (Zen 5; Zen 4
+#: runs them in two halves): on 2 Zen 5 cores (`kernel_bench.py dense --rows 197 --tiles`, fastest
+#: of 5 rounds, GFLOP/s, 8 x 2 / 4 x 4 / 5 x 3 / 6 x 2 / the padded 3 x 7), 197 x 768 x 768 ran
+#: 477 / 466 / 473 / 471 / 444, x 2304 461 / 438 / 461 / 465 / 425, x 3072 453 / 447 / 446 /
+#: 446 / 439, and 197 x 3072 x 768 439 / 398 / 433 / 439 / (3 x 7's panel spills).
+BLOCK_EFFICIENCY_FULL_WIDTH = {2: 1.04, 4: 1.0, 3: 1.02, 5: 1.0, 7: 0.96, 1: 0.6}
+#: The cores BLOCK_EFFICIENCY_FULL_WIDTH is for (LLVM's names).
+FULL_WIDTH_CORES = ("znver5",)
+
+
 def _block_efficiency(vector: Vector, tall: bool) -> dict[int, float]:
-    return BLOCK_EFFICIENCY_16 if tall and vector.registers < 32 else BLOCK_EFFICIENCY
+    if tall and vector.registers < 32:
+        return BLOCK_EFFICIENCY_16
+    if tall and vector.core in FULL_WIDTH_CORES:
+        return BLOCK_EFFICIENCY_FULL_WIDTH
+    return BLOCK_EFFICIENCY
 
 
 def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
