@@ -5,6 +5,7 @@ import json
 import sys
 
 import pytest
+import tvm
 
 from conftest import HOST, run_cli
 from tvmfuse import TvmfuseError, api
@@ -226,8 +227,7 @@ def test_float16_transformers_build_with_attention_fused(target, tmp_path):
     assert 1e-6 < relative_error(out, ref) < 1e-2
 
 
-@pytest.mark.skipif(not __import__("tvm").cuda(0).exist,
-                    reason="needs a CUDA GPU (run on the GPU host)")
+@pytest.mark.skipif(not tvm.cuda(0).exist, reason="needs a CUDA GPU (run on the GPU host)")
 def test_a_gpu_bench_leaves_the_model_on_the_cpu():
     """The GPU bench moves a copy of the module to the GPU: the model's reference (CPU inputs)
     still runs, and a second bench of the same model (another precision) works."""

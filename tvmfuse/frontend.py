@@ -71,10 +71,7 @@ class ImportedModel:
             args = (torch.from_numpy(a).to(device, precision if a.dtype.kind == "f" else None)
                     for a in arrays)
             with torch.no_grad():
-                out = module(*args)
-            return _flatten_torch(_pytree.tree_map(
-                lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point()
-                else t, out))
+                return _flatten_torch(map_floats(module(*args), lambda t: t.float()))
 
         return reference
 
@@ -352,6 +349,12 @@ def _import_pt2(path: Path, overrides, dynamic, batch) -> ImportedModel:
             return _flatten_torch(runnable(*(torch.from_numpy(a) for a in arrays)))
 
     return _from_exported(str(path), "pt2", program, specs, examples, reference, runnable)
+
+
+def map_floats(tree, fn):
+    """``fn`` applied to every floating-point tensor of a PyTorch output ``tree``."""
+    return _pytree.tree_map(lambda t: fn(t) if isinstance(t, torch.Tensor)
+                            and t.is_floating_point() else t, tree)
 
 
 def _flatten_torch(out) -> list[np.ndarray]:

@@ -76,35 +76,36 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
             f"(pip install 'tvmfuse[onnx]') or build without --verify"
         )
     checks = []
-    peer = _peer(deployed, model)
+    peer, run_peer = _peer_name(deployed, model), None
     for at, arrays in _input_sets(model):
         refs = model.reference(*arrays)
         peer_errs = None
         if peer is not None:
-            try:
-                peer_errs = [relative_error(o, r) for o, r in zip(peer[1](*arrays), refs)]
-            except Exception as err:  # noqa: BLE001 - an op without a kernel in that precision
+            try:  # the PyTorch model in the build's precision, made on first use
+                run_peer = run_peer or model.reference_in(deployed.precision,
+                                                          _peer_device(deployed))
+                peer_errs = [relative_error(o, r) for o, r in zip(run_peer(*arrays), refs)]
+            except Exception as err:  # noqa: BLE001 - a module that cannot change precision or
+                # device, or an op without a kernel in that precision
                 log.warning("cannot run %s (%s): the build is checked against the tolerance "
-                            "alone", peer[0], one_line(err))
+                            "alone", peer, one_line(err))
                 peer = None
         checks += compare(deployed, deployed.run(arrays), refs, at, model.reference_name,
-                          peer and peer[0], peer_errs)
+                          peer, peer_errs)
     return _judge(checks, model.reference_name)
 
 
-def _peer(deployed: Deployed, model: ImportedModel):
-    """``(name, reference)``: the PyTorch model computing in a narrow build's precision, on the
-    build's GPU where it runs on one here; None for float32 builds and ONNX models."""
+def _peer_name(deployed: Deployed, model: ImportedModel) -> str | None:
+    """What a narrow build is also held against: the PyTorch model in the build's precision
+    ("pytorch float16"); None for float32 builds and ONNX models."""
     if deployed.precision == "float32" or model.torch_module is None:
         return None
-    cuda = deployed.rpc is None and str(deployed.device).startswith("cuda")
-    name = f"{model.reference_name} {deployed.precision}"
-    try:
-        return name, model.reference_in(deployed.precision, "cuda" if cuda else "cpu")
-    except Exception as err:  # noqa: BLE001 - a module that cannot change precision or device
-        log.warning("cannot run %s (%s): the build is checked against the tolerance alone",
-                    name, one_line(err))
-        return None
+    return f"{model.reference_name} {deployed.precision}"
+
+
+def _peer_device(deployed: Deployed) -> str:
+    """The build's GPU where it runs on one here, else the CPU."""
+    return "cuda" if deployed.rpc is None and str(deployed.device).startswith("cuda") else "cpu"
 
 
 def _input_sets(model: ImportedModel) -> list[tuple[str, list[np.ndarray]]]:
@@ -152,7 +153,7 @@ def verify_saved(deployed: Deployed) -> list[OutputCheck]:
     peer_errs = [peers.get(s.name, (None, None))[1] for s in deployed.outputs]
     peer = next((p for p, _ in peers.values()), None)
     return _judge(compare(deployed, deployed.run(inputs), refs, "the saved inputs", name,
-                          peer, peer_errs if peers else None), name)
+                          peer, peer_errs), name)
 
 
 def compare(deployed: Deployed, outs, refs, at: str, reference_name: str,

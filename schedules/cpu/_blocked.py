@@ -342,10 +342,10 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         padded = dividing_tile(rows, cols, vector, pad=True)
     # a column tail, or columns no large tile divides: whole tiles over padded columns; and the
     # rows in whole tiles (see _row_multiple)
-    if padded is not None and (tile is None or tile_score(padded, rows, cols, vector, tall,
-                                                          depth)
-                               > tile_score(tile, rows, cols, vector, tall, depth)) and _pads_weights(
-                                   sch, anchor):
+    better = padded is not None and (tile is None or (
+        tile_score(padded, rows, cols, vector, tall, depth)
+        > tile_score(tile, rows, cols, vector, tall, depth)))
+    if better and _pads_weights(sch, anchor):
         if _pad(sch, anchor, padded, columns=True,
                 rows=_row_multiple(rows, padded, merged)):
             tile = padded

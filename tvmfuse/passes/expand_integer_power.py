@@ -5,7 +5,8 @@ RMSNorm (Llama, T5) squares its input with ``pow(x, 2)``, which TVM legalizes in
 TVM compiles CUDA with ``--use_fast_math``, where ``powf`` is ``exp2(n * log2(x))``: NaN for
 every negative ``x``, so each fp16 and bf16 Llama and T5 built for the GPU returned NaN (found on
 the H200 with benchmarks/h200/session28/first_nan.py; the CPU's libm was right). ``x * x`` is
-exact on every target, cheaper than ``powf``, and an elementwise op the norm's reduction fuses.
+exact on every target and cheaper than ``powf`` (still its own kernel before the norm's
+reduction: TVM's FuseOps does not fuse an elementwise producer into a reduction).
 
 Preconditions: imported Relax, after FoldGeluTanh (whose pattern matches GELU's ``x ** 3``).
 """
@@ -38,8 +39,11 @@ class ExpandIntegerPower:
                     or list(expr.ty.shape.values) != list(base.ty.shape.values) \
                     or expr.ty.dtype != base.ty.dtype:
                 return expr  # a broadcast or a cast in the power: left as it is
-            square = relax.op.multiply(base, base) if n >= 2 else base
-            return {1: base, 2: square, 3: relax.op.multiply(square, base),
-                    4: relax.op.multiply(square, square)}[int(n)]
+            if n == 1:
+                return base
+            square = relax.op.multiply(base, base)
+            if n == 2:
+                return square
+            return relax.op.multiply(square, base if n == 3 else square)
 
         return rewrite_functions(mod, pattern, rewrite)

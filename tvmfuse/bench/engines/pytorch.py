@@ -14,7 +14,7 @@ from . import BenchContext, Engine, Unavailable, register
 def _torch_engine(name: str, fn, ctx: BenchContext) -> Engine:
     import torch  # noqa: PLC0415 - engines load their framework when prepared
 
-    from ...frontend import _flatten_torch  # noqa: PLC0415
+    from ...frontend import _flatten_torch, map_floats  # noqa: PLC0415
 
     if ctx.torch_module is None:
         raise Unavailable(f"{ctx.model.source} is not a PyTorch model")
@@ -33,7 +33,7 @@ def _torch_engine(name: str, fn, ctx: BenchContext) -> Engine:
 
     def outputs():  # numpy has no bfloat16: compare in float32
         return [a.astype(np.float32) if a.dtype.kind == "f" else a
-                for a in _flatten_torch(_map_floats(run(), lambda t: t.float()))]
+                for a in _flatten_torch(map_floats(run(), lambda t: t.float()))]
 
     run()  # compiled engines compile on their first call: count it as setup
     return Engine(name, run, outputs, 0.0)
@@ -46,14 +46,6 @@ def module_in_precision(ctx: BenchContext):
     if ctx.torch_module is None:
         raise Unavailable(f"{ctx.model.source} is not a PyTorch model")
     return copy.deepcopy(ctx.torch_module).to(getattr(torch, ctx.dtype))
-
-
-def _map_floats(tree, fn):
-    import torch  # noqa: PLC0415
-    from torch.utils import _pytree  # noqa: PLC0415
-
-    return _pytree.tree_map(lambda t: fn(t) if isinstance(t, torch.Tensor)
-                            and t.is_floating_point() else t, tree)
 
 
 @register("torch-eager")
