@@ -122,6 +122,10 @@ def test_run_check_accepts_the_recorded_peer_error_over_the_tolerance(tmp_path):
     result = run_cli("run", str(folder), "--check", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "no less accurate than pytorch bfloat16" in result.stderr
+    manifest["verification"]["checks"][0]["peer_err"] = "high"  # a damaged record
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    _one_error_line(run_cli("run", str(folder), "--check", cwd=tmp_path),
+                    "manifest.json is damaged (its verification record")
 
 
 def test_run_rejects_wrong_shape_and_dtype(built, tmp_path):

@@ -148,8 +148,14 @@ def verify_saved(deployed: Deployed) -> list[OutputCheck]:
     name = "the reference saved at build time"
     # the peer's errors on these inputs, measured when the build was verified
     recorded = deployed.manifest.get("verification", {})
-    peers = {c["output"]: (c["peer"], c["peer_err"]) for c in recorded.get("checks", [])
-             if c["at"] == recorded.get("examples_at") and c.get("peer_err") is not None}
+    try:
+        peers = {c["output"]: (c["peer"], float(c["peer_err"]))
+                 for c in recorded.get("checks", [])
+                 if c["at"] == recorded.get("examples_at") and c.get("peer_err") is not None}
+    except (AttributeError, KeyError, TypeError, ValueError) as err:
+        raise TvmfuseError(f"{deployed.path / MANIFEST} is damaged (its verification record: "
+                           f"{type(err).__name__}: {err}); rebuild the model with --verify") \
+            from None
     peer_errs = [peers.get(s.name, (None, None))[1] for s in deployed.outputs]
     peer = next((p for p, _ in peers.values()), None)
     return _judge(compare(deployed, deployed.run(inputs), refs, "the saved inputs", name,
