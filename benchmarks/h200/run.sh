@@ -3,6 +3,7 @@
 #   run.sh kernels  the CUDA kernels' numeric tests, then the fp16 GEMM table (cuda_gemm.py)
 #   run.sh b32      ResNet-50 and BERT-base fp16 at batch 32 against torch.compile + CUDA graphs
 #   run.sh b1       the same at batch 1, then BERT-base b32's kernels timed alone
+#   run.sh b32-resnet, b32-bert, b1-resnet, b1-bert: one of those benches
 #   run.sh short    the numeric tests of the CUDA kernels, then BERT-base b32, b1, ResNet-50 b32
 #                   (what a session's last few device minutes hold)
 # ENGINES overrides the peers (default: tvmfuse,torch-compile-cudagraphs, the fastest peer in
@@ -34,6 +35,10 @@ kernels)
         | grep -v Warning
     ;;
 b32) bench resnet50 32 240; bench bert-base 32 200 ;;
+b32-resnet) bench resnet50 32 240 ;;
+b32-bert) bench bert-base 32 200 ;;
+b1-resnet) bench resnet50 1 220 ;;
+b1-bert) bench bert-base 1 170 ;;
 b1)
     bench resnet50 1 220; bench bert-base 1 170
     MODELS=bert-base BATCH=32 PROFILE_SECONDS=170 bash benchmarks/h200/profile.sh
@@ -43,5 +48,5 @@ short)
         tests/passes/test_fuse_attention.py
     bench bert-base 32 150; bench bert-base 1 140; bench resnet50 32 220
     ;;
-*) echo "usage: run.sh kernels|b32|b1|short" >&2; exit 2 ;;
+*) echo "usage: run.sh kernels|b32|b1|short|b32-resnet|b32-bert|b1-resnet|b1-bert" >&2; exit 2 ;;
 esac

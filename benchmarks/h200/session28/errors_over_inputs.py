@@ -1,7 +1,9 @@
-"""Our error and PyTorch's in the same precision over six other random inputs (float inputs drawn
-from a standard normal, seed 1), on this CPU: whether one input's comparison is chance.
+"""Our error and PyTorch's in the same precision over six other random inputs (drawn as the
+example was, token ids within the vocabulary, seeds 1-6), on this CPU or on the GPU (both sides there): whether one input's
+comparison is chance.
 
     .venv/bin/python benchmarks/h200/session28/errors_over_inputs.py swin_small float16
+    python3 benchmarks/h200/session28/errors_over_inputs.py llama_prefill_small float16 cuda-sm90
 """
 
 from __future__ import annotations
@@ -12,27 +14,27 @@ import tempfile
 import numpy as np
 
 from tvmfuse import api
+from tvmfuse.specs import random_inputs
 from tvmfuse.targets import host_target_name
 from tvmfuse.verify import relative_error
 
 
-def main(name: str, dtype: str, inputs: int = 6) -> None:
+def main(name: str, dtype: str, target: str = "", inputs: int = 6) -> None:
+    target = target or host_target_name()
     model = api.import_model(f"benchmarks/suite/models.py:{name}")
-    compiled = api.compile_model(model, api.get_target(host_target_name()),
+    compiled = api.compile_model(model, api.get_target(target),
                                  api.BuildOptions(use_database=False, dtype=dtype))
     deployed = api.load(api.build(compiled, tempfile.mkdtemp() + "/out"))
-    peer = model.reference_in(dtype)
-    rng = np.random.default_rng(1)
+    peer = model.reference_in(dtype, "cuda" if target.startswith("cuda") else "cpu")
     ours, theirs = [], []
-    for _ in range(inputs):
-        arrays = [rng.standard_normal(a.shape).astype(a.dtype) if a.dtype.kind == "f" else a
-                  for a in model.example_inputs]
+    for seed in range(1, int(inputs) + 1):
+        arrays = random_inputs(model.inputs, model.value_ranges, seed=seed)
         refs = model.reference(*arrays)
         ours.append(max(relative_error(o, r) for o, r in zip(deployed.run(arrays), refs)))
         theirs.append(max(relative_error(o, r) for o, r in zip(peer(*arrays), refs)))
-    print(name, dtype, "ours", " ".join(f"{e:.2e}" for e in ours), "| pytorch",
+    print(name, dtype, target, "ours", " ".join(f"{e:.2e}" for e in ours), "| pytorch",
           " ".join(f"{e:.2e}" for e in theirs), f"| mean ratio {np.mean(ours) / np.mean(theirs):.3f}")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

@@ -1,0 +1,24 @@
+#!/bin/bash
+# Session 29's GPU calls (run from the project root on the host; results to $OUT):
+#   run.sh errors  the four suite builds whose error on the GPU was above PyTorch eager's on the one
+#                  example input (session 28), over six other inputs on the GPU, both sides there
+#                  (errors_over_inputs.py); then BERT-base fp16 b32 against torch.compile + CUDA
+#                  graphs (#17's numbers, re-measured after sessions 27-28's changes)
+#   run.sh resnet  ResNet-50 fp16 at batch 32 and batch 1, the same way
+#   run.sh bert1   BERT-base fp16 at batch 1
+OUT=${OUT:-/tmp/h200}; mkdir -p "$OUT"
+H=benchmarks/h200
+case "$1" in
+errors)
+    E="python3 $H/session28/errors_over_inputs.py"
+    timeout 200 $E llama_prefill_small float16 cuda-sm90 > "$OUT/inputs-llama.log" 2>&1 &
+    timeout 200 $E swin_small float16 cuda-sm90 > "$OUT/inputs-swin.log" 2>&1 &
+    timeout 200 $E regnet_small bfloat16 cuda-sm90 > "$OUT/inputs-regnet.log" 2>&1 &
+    timeout 200 $E vit_small bfloat16 cuda-sm90 > "$OUT/inputs-vit.log" 2>&1 &
+    wait
+    grep -h "mean ratio" "$OUT"/inputs-*.log || tail -5 "$OUT"/inputs-*.log
+    bash $H/run.sh b32-bert ;;
+resnet) bash $H/run.sh b32-resnet; bash $H/run.sh b1-resnet ;;
+bert1) bash $H/run.sh b1-bert ;;
+*) echo "usage: run.sh errors|resnet|bert1" >&2; exit 2 ;;
+esac
