@@ -20,7 +20,7 @@ from .passes import (
     FoldGeluTanh, FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention,
     GlobalPoolToReduce, MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul,
     MergeSummedConv, NarrowToBFloat16, PointConvAsMatmul, PrepackWeights, StoreNarrowed,
-    VerifyFusion, WidenEpilogues,
+    VerifyFusion, WidenElementwise, WidenEpilogues,
 )
 from .patterns import fusion_patterns
 from .rules import Rule
@@ -152,6 +152,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         #    outside the kernel that computes `b`, "Var lv25 is not defined").
         Phase("legalize", tvm.transform.Sequential([
             WidenEpilogues(options.accumulator),  # fp16/bf16: bias, activation on the sums
+            WidenElementwise(options.accumulator),  # and the elementwise chains outside groups
             _dispatch_scans(backend, tvm_target),
             relax.transform.LegalizeOps(_legalizations(family, rules, options.accumulator)),
             relax.transform.AnnotateTIROpPattern(),

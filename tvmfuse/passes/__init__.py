@@ -26,6 +26,7 @@ from .space_to_depth_conv import SpaceToDepthConv
 from .store_narrowed import StoreNarrowed
 from .use_wgmma_gemms import UseWgmmaGemms
 from .verify_fusion import VerifyFusion
+from .widen_elementwise import WidenElementwise
 from .widen_epilogues import WidenEpilogues
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
@@ -37,4 +38,4 @@ __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "ExpandInteg
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
            "NormalizeSqueezeAxes", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
            "SimplifyBoundedShapes", "SpaceToDepthConv", "StoreNarrowed", "UseWgmmaGemms", "VerifyFusion",
-           "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
+           "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
