@@ -6,6 +6,9 @@
 #                  graphs (#17's numbers, re-measured after sessions 27-28's changes)
 #   run.sh resnet  ResNet-50 fp16 at batch 32 and batch 1, the same way
 #   run.sh bert1   BERT-base fp16 at batch 1
+#   run.sh diverge (next session) Llama prefill fp16's every kernel launch recorded on the GPU
+#                  (kernel_outputs.py), to compare here with the CPU build's: which kernel makes
+#                  its keys output 2.2x less accurate on the GPU than on the CPU
 #   run.sh widen   after WidenElementwise (Llama's SiLU gate in float32, its output projections'
 #                  sums kept): Llama prefill fp16 over six inputs on the GPU, and the suite's
 #                  small configs in fp16 and bf16 against PyTorch (tests/test_suite.py -k cuda)
@@ -23,6 +26,9 @@ errors)
     bash $H/run.sh b32-bert ;;
 resnet) bash $H/run.sh b32-resnet; bash $H/run.sh b1-resnet ;;
 bert1) bash $H/run.sh b1-bert ;;
+diverge)
+    timeout 200 python3 $H/session29/kernel_outputs.py record \
+        benchmarks/suite/models.py:llama_prefill_small float16 cuda-sm90 "$OUT/llama-fp16-gpu.npz" ;;
 widen)
     PYTEST="python3 -m pytest -q -p no:cacheprovider -W ignore"
     timeout 200 python3 $H/session28/errors_over_inputs.py llama_prefill_small float16 cuda-sm90 \
@@ -32,5 +38,5 @@ widen)
     wait
     grep -h "mean ratio" "$OUT"/inputs-*.log || tail -5 "$OUT"/inputs-*.log
     for f in "$OUT"/pytest-*.log; do echo "== $f"; grep -E "^E  .*Assert|passed|failed" "$f" | tail -6; done ;;
-*) echo "usage: run.sh errors|resnet|bert1|widen" >&2; exit 2 ;;
+*) echo "usage: run.sh errors|resnet|bert1|widen|diverge" >&2; exit 2 ;;
 esac
