@@ -115,6 +115,14 @@ class _Widen(relax.PyExprMutator):
         self.kept_wide, self.accumulator = kept_wide, accumulator
         self.wide_of = {}  # a narrow value (a variable, or a constant) -> its float32 value
 
+    def visit_dataflow_block_(self, block: relax.DataflowBlock) -> relax.BindingBlock:
+        self.wide_of = {}  # a block's variables are not defined in the next one
+        return super().visit_dataflow_block_(block)
+
+    def visit_binding_block_(self, block: relax.BindingBlock) -> relax.BindingBlock:
+        self.wide_of = {}
+        return super().visit_binding_block_(block)
+
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value = binding.value
         widened = _widening(value, self.accumulator)
