@@ -5,18 +5,16 @@ leaves it (a matmul, a layout op, a reduction, the function's output).
 ``ToMixedPrecision`` gives every op after a narrow matmul the narrow type, and each op then rounds:
 Llama's SiLU-gated MLP, ``silu(gate) * up`` as ``x * sigmoid(x) * up``, is six roundings in
 half-precision arithmetic on CUDA (``1 / (1 + hexp(0 - x))``, then two products), where PyTorch's
-SiLU computes in float32 and rounds once, and its product once more. On the H200 our Llama
-prefill build was the less accurate of the two (relative error 1.11x PyTorch eager fp16's on
-average over six inputs, session 29), though its graph is otherwise the more precise (float32
-residual stream and rotary embedding). This pass does what PyTorch's kernels do inside one op
-for the whole chain: each input of the chain is widened once, the ops compute in float32, and the
+SiLU computes in float32 and rounds once, and its product once more. This pass does what
+PyTorch's kernels do inside one op for the whole chain: each input of the chain is widened once, the ops compute in float32, and the
 value is rounded where it is read by anything other than such an op. A value read only by the
 chain's ops is never stored narrow; one read also elsewhere is rounded once and every reader
 takes the rounded value (so a kernel boundary there stores the narrow type, as before). A widening
 cast reads the wide value too, and a narrow matmul or conv read only by widened ops and widenings
 keeps its float32 sums: Llama's output projections feed a float32 residual stream and its last
 GEMM a float32 output, each through a rounding to float16 and back. The groups the patterns
-formed keep their own arithmetic (:mod:`.widen_epilogues` widens those).
+formed keep their own arithmetic (:mod:`.widen_epilogues` widens those). Llama prefill fp16
+(small config, six inputs, this CPU): relative error 0.65x PyTorch fp16's before, 0.56x after.
 
 Preconditions: after FuseOpsByPattern, before LegalizeOps.
 """
@@ -27,9 +25,7 @@ import tvm
 from tvm import relax
 
 from ._rewrite import NARROW_FLOATS, WITH_OUT_DTYPE
-
-#: The sums' type by default.
-WIDE = "float32"
+from .widen_epilogues import WIDE
 #: Ops whose narrow result is a rounding of a wider one: arithmetic and the activations'
 #: transcendental functions. Not negation, maximum, minimum or ReLU (exact in any type), nor
 #: layout ops (they move values: the chain's rounding point).
