@@ -121,8 +121,19 @@ def test_float32_functions_the_groups_and_float32_builds_are_left_alone():
             return gv
 
     tvm.ir.assert_structural_equal(WidenElementwise()(Module), Module)
-    narrow = Module.with_attr("unused", 0)  # any module: a float32 build (accumulator None)
-    tvm.ir.assert_structural_equal(WidenElementwise(None)(narrow), narrow)
+
+    @I.ir_module
+    class Narrow:  # what the pass rewrites, but for a float32 build (accumulator None)
+        @R.function
+        def main(x: R.Tensor((4, 8), "float16")) -> R.Tensor((4, 8), "float16"):
+            with R.dataflow():
+                gv = R.sigmoid(x)
+                R.output(gv)
+            return gv
+
+    widened = WidenElementwise()(Narrow)["main"].body.blocks[0].bindings
+    assert [str(b.value.ty.dtype) for b in widened] == ["float32", "float32", "float16"]
+    tvm.ir.assert_structural_equal(WidenElementwise(None)(Narrow), Narrow)
 
 
 def _silu_gate(mod: tvm.IRModule) -> tuple[np.ndarray, np.ndarray]:
@@ -174,7 +185,8 @@ def test_gated_mlp_fp16_against_pytorch_and_its_cuda_gate_in_float32(tmp_path):
     x = torch.randn(1, 37, 64)
     model = api.import_torch(module, (x,))
     options = api.BuildOptions(use_database=False, dtype="float16")
-    deployed = api.load(api.build(api.compile_model(model, api.get_target(HOST), options), tmp_path / "cpu"))
+    compiled = api.compile_model(model, api.get_target(HOST), options)
+    deployed = api.load(api.build(compiled, tmp_path / "cpu"))
     reference = module(x).detach().numpy()
     with torch.no_grad():
         peer = module.half()(x.half()).float().numpy()

@@ -6,8 +6,9 @@ leaves it (a matmul, a layout op, a reduction, the function's output).
 Llama's SiLU-gated MLP, ``silu(gate) * up`` as ``x * sigmoid(x) * up``, is six roundings in
 half-precision arithmetic on CUDA (``1 / (1 + hexp(0 - x))``, then two products), where PyTorch's
 SiLU computes in float32 and rounds once, and its product once more. This pass does what
-PyTorch's kernels do inside one op for the whole chain: each input of the chain is widened once, the ops compute in float32, and the
-value is rounded where it is read by anything other than such an op. A value read only by the
+PyTorch's kernels do inside one op for the whole chain: each input of the chain is widened once,
+the ops compute in float32, and the value is rounded where it is read by anything other than such
+an op. A value read only by the
 chain's ops is never stored narrow; one read also elsewhere is rounded once and every reader
 takes the rounded value (so a kernel boundary there stores the narrow type, as before). A widening
 cast reads the wide value too, and a narrow matmul or conv read only by widened ops and widenings
@@ -57,18 +58,20 @@ class WidenElementwise:
         return relax.transform.DeadCodeElimination()(updated) if changed else mod
 
 
+def _narrow_call(value: relax.Expr, ops) -> bool:
+    """``value`` calls one of ``ops`` and has a narrow result."""
+    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+            and value.op.name in ops and str(getattr(value.ty, "dtype", "")) in NARROW_FLOATS)
+
+
 def _widens(value: relax.Expr) -> bool:
     """``value`` is a narrow elementwise op this pass computes in float32."""
-    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-            and value.op.name in _ELEMENTWISE
-            and str(getattr(value.ty, "dtype", "")) in NARROW_FLOATS)
+    return _narrow_call(value, _ELEMENTWISE)
 
 
 def _narrow_sums(value: relax.Expr) -> bool:
     """``value`` is a matmul or conv with a narrow result (its sums are float32, rounded)."""
-    return (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-            and value.op.name in WITH_OUT_DTYPE
-            and str(getattr(value.ty, "dtype", "")) in NARROW_FLOATS)
+    return _narrow_call(value, WITH_OUT_DTYPE)
 
 
 def _widening(value: relax.Expr, accumulator: str) -> relax.Expr | None:

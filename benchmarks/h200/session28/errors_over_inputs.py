@@ -1,6 +1,6 @@
 """Our error and PyTorch's in the same precision over six other random inputs (drawn as the
-example was, token ids within the vocabulary, seeds 1-6), on this CPU or on the GPU (both sides there): whether one input's
-comparison is chance.
+example was, token ids within the vocabulary, seeds 1-6), on this CPU or on the GPU (both sides
+there), each output's and the model's (the largest): whether one input's comparison is chance.
 
     .venv/bin/python benchmarks/h200/session28/errors_over_inputs.py swin_small float16
     python3 benchmarks/h200/session28/errors_over_inputs.py llama_prefill_small float16 cuda-sm90
@@ -38,7 +38,8 @@ def main(name: str, dtype: str, target: str = "", inputs: int = 6) -> None:
               " ".join(f"{e:.2e}" for e in np.mean(theirs, axis=0)))
     ours, theirs = [max(e) for e in ours], [max(e) for e in theirs]
     print(name, dtype, target, "ours", " ".join(f"{e:.2e}" for e in ours), "| pytorch",
-          " ".join(f"{e:.2e}" for e in theirs), f"| mean ratio {np.mean(ours) / np.mean(theirs):.3f}")
+          " ".join(f"{e:.2e}" for e in theirs),
+          f"| mean ratio {np.mean(ours) / np.mean(theirs):.3f}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 ran (inputs and outputs), recorded on each machine, then compared launch by launch.
 
     # on the GPU host, and here (the same model, precision and seed)
-    python3 benchmarks/h200/session29/kernel_outputs.py record benchmarks/suite/models.py:llama_prefill_small \
-        float16 cuda-sm90 $OUT/gpu.npz
+    python3 benchmarks/h200/session29/kernel_outputs.py record \
+        benchmarks/suite/models.py:llama_prefill_small float16 cuda-sm90 $OUT/gpu.npz
     .venv/bin/python benchmarks/h200/session29/kernel_outputs.py record ... float16 avx512 cpu.npz
     .venv/bin/python benchmarks/h200/session29/kernel_outputs.py compare cpu.npz gpu.npz
 
