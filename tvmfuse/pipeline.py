@@ -17,7 +17,7 @@ from . import strategy
 from .errors import CompileError, TvmfuseError, one_line
 from .passes import (
     Conv1DAsConv2D, DecomposeClip, ExpandIntegerPower, FoldBatchNorm, FoldConstantCasts,
-    FoldGeluTanh, FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention,
+    FoldCreationOps, FoldGeluTanh, FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention,
     GlobalPoolToReduce, MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul,
     MergeSummedConv, NarrowToBFloat16, PointConvAsMatmul, PrepackWeights, StoreNarrowed,
     VerifyFusion, WidenElementwise, WidenEpilogues,
@@ -108,6 +108,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         #    layouts (NHWC convs on CPUs), weights transposed and converted here, at build time;
         #    in those layouts, summed 1x1 convs as one conv and layout no-ops folded away.
         Phase("fold", tvm.transform.Sequential([
+            FoldCreationOps(),  # aranges and fills: what is computed from them folds in float32
             relax.transform.FoldConstant(),
             GlobalPoolToReduce(),  # a pool whose window is the whole input: a mean
             FoldPadIntoConv(),  # "same" padding as its own pad op: the conv's padding

@@ -6,6 +6,7 @@ from .decompose_clip import DecomposeClip
 from .expand_integer_power import ExpandIntegerPower
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
+from .fold_creation_ops import FoldCreationOps
 from .fold_gelu_tanh import FoldGeluTanh
 from .fold_layout_glue import FoldLayoutGlue
 from .fold_matmul_reshape import FoldMatmulReshape
@@ -32,8 +33,8 @@ from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
 __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "ExpandIntegerPower",
-           "FoldBatchNorm", "FoldConstantCasts", "FoldGeluTanh", "FoldLayoutGlue",
-           "FoldMatmulReshape",
+           "FoldBatchNorm", "FoldConstantCasts", "FoldCreationOps", "FoldGeluTanh",
+           "FoldLayoutGlue", "FoldMatmulReshape",
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
            "NormalizeSqueezeAxes", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",

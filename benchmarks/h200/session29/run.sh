@@ -27,8 +27,14 @@ errors)
 resnet) bash $H/run.sh b32-resnet; bash $H/run.sh b1-resnet ;;
 bert1) bash $H/run.sh b1-bert ;;
 diverge)
-    timeout 200 python3 $H/session29/kernel_outputs.py record \
-        benchmarks/suite/models.py:llama_prefill_small float16 cuda-sm90 "$OUT/llama-fp16-gpu.npz" ;;
+    # the same import on the host's CPU too: whether the host's own torch/transformers change it
+    K="python3 $H/session29/kernel_outputs.py record benchmarks/suite/models.py:llama_prefill_small"
+    timeout 300 $K float16 cuda-sm90 "$OUT/llama-fp16-gpu.npz" > "$OUT/record-gpu.log" 2>&1 &
+    timeout 300 $K float16 x86-64 "$OUT/llama-fp16-hostcpu.npz" > "$OUT/record-hostcpu.log" 2>&1 &
+    timeout 300 python3 $H/session28/errors_over_inputs.py llama_prefill_small float16 x86-64 \
+        > "$OUT/inputs-llama-hostcpu.log" 2>&1 &
+    wait
+    tail -n 3 "$OUT"/record-*.log "$OUT"/inputs-llama-hostcpu.log ;;
 widen)
     PYTEST="python3 -m pytest -q -p no:cacheprovider -W ignore"
     timeout 200 python3 $H/session28/errors_over_inputs.py llama_prefill_small float16 cuda-sm90 \
