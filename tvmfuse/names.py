@@ -43,3 +43,7 @@ ROW_TAIL = "tvmfuse.row_tail"
 #: PrimFunc attribute of a kernel written in TIRx (the wgmma GEMM): lowered by TIRx's pipeline,
 #: not the s_tir one the scheduled kernels take.
 TIRX_KERNEL = "tvmfuse.tirx_kernel"
+#: Loop annotation of a register-blocked CPU kernel's parallel tile loop whose last column tile
+#: writes fewer columns than it computes (``schedules/cpu/_blocked.py``), valued with the count of
+#: the iterations before that tile's: ``tvmfuse.passes.part_tail`` runs those apart at lowering.
+PART_TAIL = "tvmfuse.part_tail"

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad  # a BufferLoad (tirx.BufferLoad is a constructor)
 
-from tvmfuse.names import LAYOUT_FREE_BUFFERS, LAYOUT_REWRITE_PREPROC
+from tvmfuse.names import LAYOUT_FREE_BUFFERS, LAYOUT_REWRITE_PREPROC, PART_TAIL
 
 from ._tir import (
     Vector, inline_into_consumers, is_reduction, lanes_for, loops_match_iters, parallelize,
@@ -391,6 +391,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         outputs = [sch.cache_write(anchor, 0, "local")]
 
     col_outer, col_block, col_lane = sch.split(spatial[-1], [None, tile.blocks, tile.lanes])
+    col_tiles = static_extent(sch, col_outer)
     chunks = []
     if row_chunks:
         # rows into tiles first, then tiles into chunks: only the last row tile is predicated
@@ -409,6 +410,10 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         inner = [row_inner, col_block, col_lane]
     else:
         outer, inner = [col_outer], [col_block, col_lane]
+    # the parallel iterations of one column tile, where the last column tile's are the last ones
+    per_column_tile = (math.prod(static_extent(sch, loop) or 0 for loop in outer[1:]) or None
+                       if not chunks and outer[0] is col_outer and (col_tiles or 0) > 1
+                       else None)
     sch.reorder(*chunks, *outer, *reduce, *inner)
     tiles = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     parallel = tiles
@@ -427,7 +432,18 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         sch.vectorize(lane)
     init = sch.decompose_reduction(anchor, reduce[0])
     sch.vectorize(sch.get_loops(init)[-1])
+    if per_column_tile and any(_columns(sch, output) % (tile.blocks * tile.lanes)
+                               for output in outputs):
+        # the last column tile writes fewer columns than it computes, under a predicate that
+        # scalarized every tile's stores: its iterations run apart (tvmfuse.passes.part_tail)
+        sch.annotate(parallel, PART_TAIL, (col_tiles - 1) * per_column_tile)
     return parallel
+
+
+def _columns(sch: s_tir.Schedule, block) -> int:
+    """The columns ``block`` writes (its innermost spatial extent; 0 where symbolic)."""
+    iters = [iv for iv in sch.get(block).iter_vars if iv.iter_type == tirx.IterVar.DataPar]
+    return (static_int(iters[-1].dom.extent) or 0) if iters else 0
 
 
 def _row_axes(sch: s_tir.Schedule, anchor) -> range | None:

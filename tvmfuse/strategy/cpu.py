@@ -10,7 +10,7 @@ import math
 import tvm
 from tvm import relax, te, tirx, topi
 
-from ..passes import ApplyScheduleRules, PadConvChannels, WinogradConv2D
+from ..passes import ApplyScheduleRules, PadConvChannels, WinogradConv2D, part_tail
 from ..rules import Rule
 from ..schedules import cpu
 from ..schedules.cpu.attention import attention_kernel
@@ -18,7 +18,15 @@ from . import whole_vectors
 from .base import Strategy, nhwc_convs
 
 
+#: The TIR pipeline of CPU builds: s_tir's, the kernels whose last column tile is partial split
+#: first (``tvmfuse.passes.part_tail``).
+CPU_PIPELINE = "tvmfuse.cpu"
+
+
 class CpuStrategy(Strategy):
+    def tir_pipeline(self) -> str:
+        return CPU_PIPELINE
+
     def layout_passes(self, rules: dict[str, Rule]) -> list[tvm.transform.Pass]:
         """Convs in NHWC/HWIO (``conv_layout_nhwc``), the weights folded into it, their output
         channels padded to whole vectors (PadConvChannels); with ``winograd_conv2d`` (which
@@ -97,3 +105,13 @@ def _fast_gelu(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
         return x * (half + erf * half)
 
     return bb.call_te(gelu, call.args[0], primfunc_name_hint="gelu")
+
+
+def _cpu_pipeline():
+    import tvm.s_tir.pipeline  # noqa: F401, PLC0415 - registers the s_tir pipeline
+
+    s_tir, finalize_host, finalize_device = tvm.tirx.compilation_pipeline.get_tir_pipeline("s_tir")
+    return part_tail.lowering(s_tir), finalize_host, finalize_device
+
+
+tvm.tirx.compilation_pipeline.register_tir_pipeline(CPU_PIPELINE, _cpu_pipeline)

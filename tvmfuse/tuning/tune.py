@@ -54,6 +54,7 @@ from ..frontend import ImportedModel
 from ..passes.apply_schedule_rules import ApplyScheduleRules
 from ..profile import param_specs, random_args
 from ..remote import Remote, SharedLibraryExport
+from ..strategy.cpu import CPU_PIPELINE
 from ..targets import TargetSpec
 from . import database, intrinsics, lookup
 
@@ -295,8 +296,10 @@ class Measure:
         except tvm.error.InternalError:
             log.debug("timing %s with its weight packing (a padded weight)", func)
         func = mod["main"]
-        library = tvm.compile(mod, target=target)
         kind = "cuda" if target.kind.name == "cuda" else "cpu"
+        # a CPU seed lowered as a build lowers it (its last column tile apart: PART_TAIL)
+        library = tvm.compile(mod, target=target,
+                              tir_pipeline="default" if kind == "cuda" else CPU_PIPELINE)
         if self.remote is None:
             module, device = library.mod, tvm.device(kind, 0)
         else:
