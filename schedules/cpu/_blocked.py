@@ -428,12 +428,18 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         sch.reverse_compute_at(output, tiles)
         tail = sch.get_loops(output)[2 if chunks else 1:]  # the loops inside the tile
         fused = sch.fuse(*tail) if len(tail) > 1 else tail[0]
-        _, lane = sch.split(fused, [None, tile.lanes])
+        extent = static_extent(sch, fused)
+        vectors, lane = sch.split(fused, [None, tile.lanes])
         sch.vectorize(lane)
+        if extent and extent % tile.lanes and extent > tile.lanes:
+            # a tile region that is not whole vectors (one column tile over 77 columns: 3 rows
+            # of them, 231 values, contiguous): the whole vectors are stored apart from the
+            # last one, which the split's predicate masks (PART_TAIL)
+            sch.annotate(vectors, PART_TAIL, extent // tile.lanes)
     init = sch.decompose_reduction(anchor, reduce[0])
     sch.vectorize(sch.get_loops(init)[-1])
-    if per_column_tile and any(_columns(sch, output) % (tile.blocks * tile.lanes)
-                               for output in outputs):
+    width = tile.blocks * tile.lanes
+    if per_column_tile and any(_columns(sch, output) % width for output in outputs):
         # the last column tile writes fewer columns than it computes, under a predicate that
         # scalarized every tile's stores: its iterations run apart (tvmfuse.passes.part_tail)
         sch.annotate(parallel, PART_TAIL, (col_tiles - 1) * per_column_tile)

@@ -65,6 +65,35 @@ def _kernel(mod: tvm.IRModule, implementation: str, analysis):
     return mod[name]
 
 
+def _stores(stmt, buffer: str, guarded: bool = False):
+    """(store, whether a branch encloses it) for each store to ``buffer`` under ``stmt``."""
+    if isinstance(stmt, tirx.BufferStore) and stmt.buffer.name == buffer:
+        yield stmt, guarded
+    guarded = guarded or isinstance(stmt, tirx.IfThenElse)
+    for field in ("body", "then_case", "else_case", "block"):
+        child = getattr(stmt, field, None)
+        if isinstance(child, (tirx.Stmt, s_tir.SBlock)):
+            yield from _stores(child, buffer, guarded)
+    for child in getattr(stmt, "seq", ()):
+        yield from _stores(child, buffer, guarded)
+
+
+def _lowered(kernel, split: bool):
+    """``kernel``'s blocks lowered and simplified (as the default lowering goes on to do), its
+    annotated loop split or not."""
+    mod = tvm.IRModule({"k": kernel.with_attr("global_symbol", "k")})
+    simplify = tirx.transform.StmtSimplify()
+    if split:
+        return part_tail.lowering(tvm.transform.Sequential([simplify]))(mod)["k"]
+    return tvm.transform.Sequential([*part_tail.lower_blocks(), simplify])(mod)["k"]
+
+
+def _check_numbers(model, module, x, tmp_path):
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions(use_database=False))
+    ours = api.load(api.build(compiled, tmp_path / "out")).run([x.numpy()])[0]
+    assert relative_error(ours, module(x).detach().numpy()) < 1e-5
+
+
 @pytest.mark.parametrize("shape", [(1, 48, 96, 150), (2, 24, 64, 199)])
 def test_a_gemm_over_padded_columns_runs_its_last_column_tile_apart(shape, tmp_path):
     batch, rows, depth, columns = shape
@@ -73,23 +102,36 @@ def test_a_gemm_over_padded_columns_runs_its_last_column_tile_apart(shape, tmp_p
     model, mod, analysis = _scheduled(module, x)
     kernel = _kernel(mod, "cpu.dense", analysis)
     (loop,) = _annotated_loops(kernel)
+    assert loop.kind == tirx.ForKind.PARALLEL
     whole = int(loop.annotations[PART_TAIL])
     assert 0 < whole < int(loop.extent)
 
-    # lowered (and simplified, as the default lowering does next): two parallel loops, the
-    # first over the whole column tiles with no branch left (the rows, 48, are whole tiles)
-    simplify = tvm.transform.Sequential([tirx.transform.StmtSimplify()])
-    lowered = part_tail.lowering(simplify)(
-        tvm.IRModule({"k": kernel.with_attr("global_symbol", "k")}))["k"]
+    # two parallel loops, the first over the whole column tiles with no branch left (the
+    # rows, 48, are whole tiles); one loop, every store behind the column predicate, unsplit
+    lowered = _lowered(kernel, split=True)
     head, tail = _parallel_loops(lowered)
     assert int(head.extent) == whole and int(tail.extent) == int(loop.extent) - whole
-    assert not [s for s in _statements(head) if isinstance(s, tirx.IfThenElse)]
-    assert [s for s in _statements(tail) if isinstance(s, tirx.IfThenElse)]
+    output = kernel.params[-1].name
+    assert not any(guarded for _, guarded in _stores(head, output))
+    assert all(guarded for _, guarded in _stores(tail, output))
+    assert all(guarded for _, guarded in _stores(_lowered(kernel, split=False).body, output))
     assert not _annotated_loops(lowered)
+    _check_numbers(model, module, x, tmp_path)
 
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions(use_database=False))
-    ours = api.load(api.build(compiled, tmp_path / "out")).run([x.numpy()])[0]
-    assert relative_error(ours, module(x).detach().numpy()) < 1e-5
+
+def test_one_partial_column_tile_stores_its_whole_vectors_apart(tmp_path):
+    """77 columns in one tile of 80: the tile's epilogue, not the tile loop, is split."""
+    torch.manual_seed(0)
+    module, x = nn.Linear(96, 77), torch.randn(1, 48, 96)
+    model, mod, analysis = _scheduled(module, x)
+    kernel = _kernel(mod, "cpu.dense", analysis)
+    (loop,) = _annotated_loops(kernel)
+    assert loop.kind != tirx.ForKind.PARALLEL and int(loop.annotations[PART_TAIL]) >= 1
+    output = kernel.params[-1].name
+    stores = list(_stores(_lowered(kernel, split=True).body, output))
+    assert any(guarded for _, guarded in stores) and not all(guarded for _, guarded in stores)
+    assert all(guarded for _, guarded in _stores(_lowered(kernel, split=False).body, output))
+    _check_numbers(model, module, x, tmp_path)
 
 
 def test_a_depthwise_conv_over_padded_channels_runs_its_last_channel_tile_apart(tmp_path):
@@ -97,9 +139,7 @@ def test_a_depthwise_conv_over_padded_channels_runs_its_last_channel_tile_apart(
     module, x = ChannelsLast(197), torch.randn(1, 12, 12, 197)
     model, mod, analysis = _scheduled(module, x)
     assert _annotated_loops(_kernel(mod, "cpu.depthwise_conv2d", analysis))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions(use_database=False))
-    ours = api.load(api.build(compiled, tmp_path / "out")).run([x.numpy()])[0]
-    assert relative_error(ours, module(x).detach().numpy()) < 1e-5
+    _check_numbers(model, module, x, tmp_path)
 
 
 def test_tiles_that_divide_the_columns_keep_one_loop():

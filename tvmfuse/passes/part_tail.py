@@ -1,5 +1,5 @@
-"""PartTail: a parallel tile loop annotated ``PART_TAIL`` (valued ``n``) becomes two parallel
-loops, its iterations before ``n`` and those from ``n`` on, each with its own copy of the body.
+"""PartTail: a loop annotated ``PART_TAIL`` (valued ``n``) becomes two loops of its kind, its
+iterations before ``n`` and those from ``n`` on, each with its own copy of the body.
 
 A register-blocked CPU kernel whose output has fewer columns than its tiles compute (columns
 padded to whole tiles, or a depthwise conv's padded channels sliced in its epilogue: 197 of 208)
@@ -7,7 +7,9 @@ writes each tile's output under a predicate on the column. In one loop over ever
 proves that predicate true in any of them, and TVM's vectorizer, which masks a store only where
 its address moves with the predicate, writes every tile's output one element at a time behind a
 branch. In a loop over the whole column tiles alone the predicate is provably true and simplified
-away; only the last column tile's loop keeps it. Measured on a 2-core Zen 5, each kernel alone: a
+away; only the last column tile's loop keeps it. Where one column tile spans the output (77
+columns in a tile of 80), the annotated loop is the tile's vectors in its epilogue: the whole
+vectors are stored apart from the last, masked one. Measured on a 2-core Zen 5, each kernel alone: a
 3x3 depthwise conv over 197 channels of 28x28 38.3 -> 13.8 us, the GEMM 197 x 768 x 197 152 -> 148.
 
 The schedule cannot split the loop itself (``Schedule.loop_partition`` of a loop holding a block
@@ -24,11 +26,6 @@ from tvm import s_tir, tirx
 
 from ..names import PART_TAIL
 
-#: How deep under a kernel's body :func:`_annotated` looks for the annotated tile loop (the
-#: root block, its sequence of loop nests, and their outer loops).
-_SEARCH_DEPTH = 4
-
-
 @tvm.tirx.transform.prim_func_pass(opt_level=0, name="PartTail")
 def PartTail(func: tirx.PrimFunc, _mod, _ctx) -> tirx.PrimFunc:  # noqa: N802 - a TVM pass
     """Split every loop annotated ``PART_TAIL`` among the kernel's outer loops (blocks already
@@ -40,13 +37,7 @@ def lowering(default: tvm.transform.Pass) -> tvm.transform.Pass:
     """TVM's ``default`` TIR lowering, the kernels with an annotated tile loop first lowered to
     plain loops and split by :class:`PartTail`."""
     early = tvm.transform.Sequential([
-        s_tir.transform.CanonicalizeLoop(),
-        s_tir.transform.LowerInitBlock(),
-        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
-        s_tir.transform.ConvertBlocksToOpaque(),
-        s_tir.transform.CompactBufferAllocation(),
-        s_tir.transform.LowerMatchBuffer(),
-        s_tir.transform.LowerOpaqueBlock(),
+        *lower_blocks(),
         PartTail,
         tirx.transform.ConvertSSA(),  # the second loop's variables and buffers made its own
     ])
@@ -54,7 +45,7 @@ def lowering(default: tvm.transform.Pass) -> tvm.transform.Pass:
     @tvm.transform.module_pass(opt_level=0, name="PartTailLowering")
     def lower(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         def marked(func: tirx.PrimFunc) -> bool:
-            return _annotated(func.body, _SEARCH_DEPTH)
+            return _annotated(func.body)
 
         split = tirx.transform.Filter(marked)(mod)
         if not split.functions:
@@ -66,26 +57,43 @@ def lowering(default: tvm.transform.Pass) -> tvm.transform.Pass:
     return lower
 
 
-def _annotated(stmt, depth: int) -> bool:
-    if depth < 0 or stmt is None:
-        return False
+def lower_blocks() -> list[tvm.transform.Pass]:
+    """The first passes of TVM's s_tir lowering, to plain loops (each tile loop's buffers then
+    allocated inside it): what :class:`PartTail` runs after."""
+    return [
+        s_tir.transform.CanonicalizeLoop(),
+        s_tir.transform.LowerInitBlock(),
+        s_tir.transform.PlanAndUpdateBufferAllocationLocation(),
+        s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.CompactBufferAllocation(),
+        s_tir.transform.LowerMatchBuffer(),
+        s_tir.transform.LowerOpaqueBlock(),
+    ]
+
+
+def _annotated(stmt) -> bool:
+    """Whether a loop among ``stmt``'s loops, sequences and blocks is annotated ``PART_TAIL``."""
     if isinstance(stmt, tirx.For):
-        return PART_TAIL in stmt.annotations or _annotated(stmt.body, depth - 1)
+        return PART_TAIL in stmt.annotations or _annotated(stmt.body)
     if isinstance(stmt, tirx.SeqStmt):
-        return any(_annotated(s, depth - 1) for s in stmt.seq)
+        return any(_annotated(s) for s in stmt.seq)
     if isinstance(stmt, s_tir.SBlockRealize):
-        return _annotated(stmt.block.body, depth - 1)
+        return _annotated(stmt.block.body)
     return False
 
 
 def _split(stmt):
-    """``stmt`` with its annotated loops (among the outer loops and sequences) split."""
+    """``stmt`` with its annotated loops (among its loops, sequences and attributes) split."""
     if isinstance(stmt, tirx.SeqStmt):
         parts = [_split(s) for s in stmt.seq]
         if all(p.same_as(s) for p, s in zip(parts, stmt.seq)):
             return stmt
         return tirx.SeqStmt([q for p in parts for q in (p.seq if isinstance(p, tirx.SeqStmt)
                                                           else [p])])
+    if isinstance(stmt, tirx.AttrStmt):
+        body = _split(stmt.body)
+        return stmt if body.same_as(stmt.body) else tirx.AttrStmt(
+            stmt.node, stmt.attr_key, stmt.value, body)
     if not isinstance(stmt, tirx.For):
         return stmt
     if PART_TAIL not in stmt.annotations:
