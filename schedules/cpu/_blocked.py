@@ -427,15 +427,19 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     for output in outputs:
         sch.reverse_compute_at(output, tiles)
         tail = sch.get_loops(output)[2 if chunks else 1:]  # the loops inside the tile
-        fused = sch.fuse(*tail) if len(tail) > 1 else tail[0]
-        extent = static_extent(sch, fused)
-        vectors, lane = sch.split(fused, [None, tile.lanes])
+        columns = static_extent(sch, tail[-1])
+        if columns is not None and columns % tile.lanes:
+            # rows of a tile that are not whole vectors (one column tile over 77 columns, or
+            # over a conv's 72 channels padded to 80): each row's whole vectors are stored apart
+            # from its last one, which the column predicate masks (PART_TAIL); fused with the
+            # rows, a vector would span two rows and every store was predicated per lane
+            vectors, lane = sch.split(tail[-1], [None, tile.lanes])
+            if columns > tile.lanes:
+                sch.annotate(vectors, PART_TAIL, columns // tile.lanes)
+        else:
+            fused = sch.fuse(*tail) if len(tail) > 1 else tail[0]
+            _, lane = sch.split(fused, [None, tile.lanes])
         sch.vectorize(lane)
-        if extent and extent % tile.lanes and extent > tile.lanes:
-            # a tile region that is not whole vectors (one column tile over 77 columns: 3 rows
-            # of them, 231 values, contiguous): the whole vectors are stored apart from the
-            # last one, which the split's predicate masks (PART_TAIL)
-            sch.annotate(vectors, PART_TAIL, extent // tile.lanes)
     init = sch.decompose_reduction(anchor, reduce[0])
     sch.vectorize(sch.get_loops(init)[-1])
     width = tile.blocks * tile.lanes

@@ -48,6 +48,27 @@ def test_depthwise_input_channels_padded_with_its_spatial_padding_where_stride_i
                                    relax.transform.Normalize()(relax_main(params, padded)))
 
 
+def test_depthwise_channels_a_narrower_vector_divides_are_padded_too():
+    """72 channels and 16 lanes: a depthwise conv is padded to 80 (it ran in 8-lane vectors,
+    half as fast), a dense conv to 72 channels keeps its 8-lane tiles."""
+    params = {"x": (1, 9, 9, 72), "w": (3, 3, 1, 72)}
+    depthwise = relax_main(params, lambda bb, x, w: relax.op.nn.conv2d(
+        x, w, padding=1, groups=72, data_layout="NHWC", kernel_layout="HWIO"))
+
+    def padded(bb, x, w):
+        wide = bb.emit(relax.op.nn.pad(x, [0, 0, 1, 1, 1, 1, 0, 8]))
+        weights = bb.emit(relax.op.nn.pad(w, [0, 0, 0, 0, 0, 0, 0, 8]))
+        conv = bb.emit(relax.op.nn.conv2d(wide, weights, padding=0, groups=80,
+                                          data_layout="NHWC", kernel_layout="HWIO"))
+        return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[72])
+
+    tvm.ir.assert_structural_equal(relax.transform.Normalize()(PadConvChannels(16)(depthwise)),
+                                   relax.transform.Normalize()(relax_main(params, padded)))
+    dense = relax_main({"x": (1, 9, 9, 16), "w": (3, 3, 16, 72)}, lambda bb, x, w: (
+        relax.op.nn.conv2d(x, w, padding=1, data_layout="NHWC", kernel_layout="HWIO")))
+    tvm.ir.assert_structural_equal(PadConvChannels(16)(dense), dense)
+
+
 def test_whole_vectors_grouped_and_nchw_convs_are_no_match():
     cases = [((1, 9, 9, 16), (3, 3, 16, 80), {}),  # already whole vectors
              ((1, 9, 9, 16), (3, 3, 16, 20), {}),  # vectors of 4
@@ -77,15 +98,16 @@ def test_odd_channels_take_the_conv_schedule_and_match_pytorch(tmp_path):
     assert check.rel_err < 1e-5
 
 
-def test_depthwise_convs_over_odd_channels_take_the_depthwise_schedule(tmp_path):
-    """Depthwise 3x3 convs over 77 channels, stride 1 and 2 (a bias and ReLU each): the
+@pytest.mark.parametrize("channels", [77, 72])
+def test_depthwise_convs_over_odd_channels_take_the_depthwise_schedule(channels, tmp_path):
+    """Depthwise 3x3 convs over 77 (or 72) channels, stride 1 and 2 (a bias and ReLU each): the
     depthwise schedule over 80 channels (the catch-all ran 197 channels at 5-7 GFLOP/s), the
     input copied once, and PyTorch's numbers."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Conv2d(77, 77, 3, padding=1, groups=77), torch.nn.ReLU(),
-        torch.nn.Conv2d(77, 77, 3, stride=2, padding=1, groups=77)).eval()
-    imported = api.import_torch(model, [torch.randn(1, 77, 15, 15)])
+        torch.nn.Conv2d(channels, channels, 3, padding=1, groups=channels), torch.nn.ReLU(),
+        torch.nn.Conv2d(channels, channels, 3, stride=2, padding=1, groups=channels)).eval()
+    imported = api.import_torch(model, [torch.randn(1, channels, 15, 15)])
     compiled = api.compile_model(imported, api.get_target(HOST), api.BuildOptions())
     implementations = compiled.analysis.implementations
     assert list(implementations.values()).count("cpu.depthwise_conv2d") == 2

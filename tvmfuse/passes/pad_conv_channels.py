@@ -1,6 +1,6 @@
 """PadConvChannels: a conv whose output channels no vector of 4 or more divides computes whole
 vectors of them over a zero-padded weight, and a slice keeps the real ones; a depthwise conv over
-such channels pads its input's channels too.
+channels that whole vectors do not divide pads its input's channels too.
 
 The CPU conv schedule vectorizes the output channels and cannot pad them itself (``pad_einsum``
 takes einsums, and a conv reads ``h + kh``): a 3x3 conv to 77 channels found no register tile
@@ -8,7 +8,7 @@ and fell to the catch-all schedule at 3.3 GFLOP/s on a 2-core Zen 3
 (`benchmarks/shape_sweep.py --families conv`), where 64 or 96 channels ran at 167-174. Padded to
 80, it takes the register-blocked schedule; the slice (and the bias and activation after it) is
 one elementwise kernel over the output. Channels that a narrower vector divides (24 on AVX-512:
-8 lanes) keep their tiles.
+8 lanes) keep their tiles in a dense conv (padding them adds to its reduction's work too).
 
 A depthwise conv's vector axis is its input's channels as well as its output's, and its input is
 an activation, which the schedule does not pad either: 197 channels fell to the catch-all
@@ -16,7 +16,11 @@ schedule at 5-7 GFLOP/s (Zen 4, Emerald Rapids; 32-672 channels: 30-50). Padded,
 copied once into a zero-padded buffer of whole vectors, the spatial padding included where the
 strides are 1 (the copy the conv schedule makes of a padded input anyway; a strided depthwise conv
 reads through its spatial padding instead, see ``schedules/cpu/_blocked.py``), and the slice, bias
-and activation join the conv's kernel.
+and activation join the conv's kernel. That holds for any depthwise conv whose channels whole
+vectors do not divide: over 72 channels on AVX-512 it ran in 8-lane vectors, 55-75 GFLOP/s with
+its padding copied (a 28x28 3x3 conv, Zen 5, kernels alone), and padded to 80 in 16-lane ones at
+113-120 (96 channels: 103-123), once the tile's last, partial vector of each row was stored apart
+(``tvmfuse.passes.part_tail``); before that, padded, it ran at 33.
 
 Preconditions: after the layout passes (NHWC data, HWIO weights), dense convs (groups 1) and
 depthwise ones (groups = input channels = output channels).
@@ -34,8 +38,9 @@ from ._rewrite import rewrite_functions, static_shape
 
 @tvm.transform.module_pass(opt_level=0, name="PadConvChannels")
 class PadConvChannels:
-    """Pad the output channels of NHWC/HWIO convs that no vector of 4 divides to a multiple of
-    ``lanes``; see the module docstring."""
+    """Pad the output channels of NHWC/HWIO convs that no vector of 4 divides (of depthwise
+    convs: that ``lanes`` does not divide) to a multiple of ``lanes``; see the module
+    docstring."""
 
     def __init__(self, lanes: int):
         self.lanes = lanes
@@ -51,7 +56,7 @@ class PadConvChannels:
             if (kernel is None or out is None or str(attrs.data_layout) != "NHWC"
                     or str(attrs.kernel_layout) != "HWIO" or str(attrs.out_layout) != "NHWC"
                     or not (int(attrs.groups) == 1 or _is_depthwise(attrs, kernel))
-                    or lanes_for(kernel[3], lanes) >= 4 or kernel[3] < lanes):
+                    or not _narrow(kernel[3], lanes, depthwise=_is_depthwise(attrs, kernel))):
                 return expr
             channels = kernel[3]
             padded = -(-channels // lanes) * lanes
@@ -67,6 +72,14 @@ class PadConvChannels:
             return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[channels])
 
         return rewrite_functions(mod, pattern, rewrite)
+
+
+def _narrow(channels: int, lanes: int, *, depthwise: bool) -> bool:
+    """Whether a conv to ``channels`` would take vectors narrower than ``lanes``: any that whole
+    vectors do not divide for a depthwise conv, those no vector of 4 divides for a dense one."""
+    if channels < lanes or channels % lanes == 0:
+        return False
+    return depthwise or lanes_for(channels, lanes) < 4
 
 
 def _is_depthwise(attrs, kernel: list[int]) -> bool:
