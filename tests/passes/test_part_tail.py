@@ -39,15 +39,21 @@ def _scheduled(module: nn.Module, x: torch.Tensor):
     return model, mod, analysis
 
 
-def _statements(stmt):
-    """Every statement under ``stmt`` (the loops, sequences, branches and blocks between)."""
-    yield stmt
+def _walk(stmt, guarded: bool = False):
+    """(statement, whether a branch encloses it) for every statement under ``stmt`` (the loops,
+    sequences, branches and blocks between)."""
+    yield stmt, guarded
+    guarded = guarded or isinstance(stmt, tirx.IfThenElse)
     for field in ("body", "then_case", "else_case", "block"):
         child = getattr(stmt, field, None)
         if isinstance(child, (tirx.Stmt, s_tir.SBlock)):
-            yield from _statements(child)
+            yield from _walk(child, guarded)
     for child in getattr(stmt, "seq", ()):
-        yield from _statements(child)
+        yield from _walk(child, guarded)
+
+
+def _statements(stmt):
+    return (s for s, _ in _walk(stmt))
 
 
 def _annotated_loops(func) -> list:
@@ -65,17 +71,13 @@ def _kernel(mod: tvm.IRModule, implementation: str, analysis):
     return mod[name]
 
 
-def _stores(stmt, buffer: str, guarded: bool = False):
-    """(store, whether a branch encloses it) for each store to ``buffer`` under ``stmt``."""
-    if isinstance(stmt, tirx.BufferStore) and stmt.buffer.name == buffer:
-        yield stmt, guarded
-    guarded = guarded or isinstance(stmt, tirx.IfThenElse)
-    for field in ("body", "then_case", "else_case", "block"):
-        child = getattr(stmt, field, None)
-        if isinstance(child, (tirx.Stmt, s_tir.SBlock)):
-            yield from _stores(child, buffer, guarded)
-    for child in getattr(stmt, "seq", ()):
-        yield from _stores(child, buffer, guarded)
+def _stores(stmt, buffer: str):
+    """(store, whether a branch encloses it) for each store to ``buffer`` under ``stmt``; there
+    is at least one (a check over none would pass whatever the lowering did)."""
+    stores = [(s, guarded) for s, guarded in _walk(stmt)
+              if isinstance(s, tirx.BufferStore) and s.buffer.name == buffer]
+    assert stores, f"no store to {buffer}"
+    return stores
 
 
 def _lowered(kernel, split: bool):
@@ -128,7 +130,7 @@ def test_one_partial_column_tile_stores_its_whole_vectors_apart(tmp_path):
     (loop,) = _annotated_loops(kernel)
     assert loop.kind != tirx.ForKind.PARALLEL and int(loop.annotations[PART_TAIL]) >= 1
     output = kernel.params[-1].name
-    stores = list(_stores(_lowered(kernel, split=True).body, output))
+    stores = _stores(_lowered(kernel, split=True).body, output)
     assert any(guarded for _, guarded in stores) and not all(guarded for _, guarded in stores)
     assert all(guarded for _, guarded in _stores(_lowered(kernel, split=False).body, output))
     _check_numbers(model, module, x, tmp_path)
