@@ -127,6 +127,9 @@ def main() -> int:
                         help="dense: register tiles, comma-separated: auto (the one chosen) or "
                              "RxB (R rows of B vectors, forced)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cold", action="store_true",
+                        help="flush every argument but the first (the input) from the caches "
+                             "before each run: the weights come from memory, as in a model")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     target = get_target()
@@ -141,7 +144,10 @@ def main() -> int:
     seconds = {label: [] for label, *_ in kernels}
     for _ in range(args.rounds):
         for label, _, library, name, call_args in kernels:
-            timer = library.time_evaluator(name, device, number=1, repeat=5, min_repeat_ms=40)
+            timer = (library.time_evaluator(name, device, number=1, repeat=20,
+                                            f_preproc="cache_flush_cpu_non_first_arg")
+                     if args.cold else
+                     library.time_evaluator(name, device, number=1, repeat=5, min_repeat_ms=40))
             seconds[label].append(min(timer(*call_args).results))
     for label, flops, *_ in kernels:
         print(f"{label:36s} {flops / min(seconds[label]) / 1e9:7.1f} GFLOP/s "
