@@ -288,7 +288,7 @@ def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str]
 
 
 def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
-                 written: tuple = (), row_chunks: int = 0, inline_large_padding: bool = False,
+                 written: tuple = (), inline_large_padding: bool = False,
                  tall: bool = False, rows_outer: bool = False):
     """Register-block the reduction ``anchor`` of ``sch`` in place; returns the parallel loop
     its tiles run under, or None (``sch`` untouched) when it does not fit.
@@ -296,10 +296,6 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     The blocks before it are its producers; of ``epilogue``, the blocks after it, those that can
     be are inlined and the others are written from the tile, as are the ``written`` blocks (an
     intermediate that later blocks of the kernel read, which inlining would compute again).
-
-    ``row_chunks`` > 0 parallelizes over (at most) that many chunks of whole output rows instead
-    of over tiles: each thread then finishes complete rows, for a row normalization after the
-    GEMM, and reads the whole weight matrix once.
 
     ``rows_outer`` puts the row tiles outside the column tiles in the parallel loop where the
     columns are at most ROWS_OUTER_TILES tiles, for a kernel whose weights are not reused across
@@ -320,11 +316,9 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     rows = static_extent(sch, spatial[-2]) if len(spatial) > 1 else 1
     if cols is None:
         return None
-    merged = None if row_chunks else _row_axes(sch, anchor)
+    merged = _row_axes(sch, anchor)
     if merged is not None:
         rows = math.prod(static_extent(sch, loops[i]) for i in merged)
-    if row_chunks and len(spatial) < 2:
-        return None
     depth = math.prod(static_extent(sch, loop) or 0 for loop in reduce) or None
     tile = choose_tile(rows, cols, vector, tall=tall, depth=depth)
     undivided = merged is not None and tile is not None and rows % tile.rows != 0
@@ -359,12 +353,6 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     loops = sch.get_loops(anchor)
     kinds = [iv.iter_type == tirx.IterVar.DataPar for iv in block.iter_vars]
     spatial = [loop for loop, is_spatial in zip(loops, kinds) if is_spatial]
-    if row_chunks:  # as many chunks as threads, the last one a tile short where they do not
-        # divide (50 rows: 13 tiles as 7 + 6, 1228 us for 50x3072x768 with its LayerNorm on Zen
-        # 4; padded to 14 tiles, 1265); the predicate is per tile, outside its reduction
-        row_tiles = static_extent(sch, spatial[-2])
-        if row_tiles is not None:
-            row_chunks = min(row_chunks, -(-row_tiles // tile.rows))
     reduce = [loop for loop, is_spatial in zip(loops, kinds) if not is_spatial]
     vector_axis = [iv.var for iv, is_spatial in zip(block.iter_vars, kinds) if is_spatial]
     # the copy out of the padded accumulators (the anchor's consumer, when padded) joins the
@@ -392,17 +380,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
 
     col_outer, col_block, col_lane = sch.split(spatial[-1], [None, tile.blocks, tile.lanes])
     col_tiles = static_extent(sch, col_outer)
-    chunks = []
-    if row_chunks:
-        # rows into tiles first, then tiles into chunks: only the last row tile is predicated
-        # (a chunk split of the rows themselves predicated its tiles: 77 rows ran at 121
-        # GFLOP/s, 80 at 222)
-        row_outer, row_inner = sch.split(spatial[-2], [None, tile.rows])
-        chunk, row_outer = sch.split(row_outer, [row_chunks, None])
-        chunks = [*spatial[:-2], chunk]
-        outer = [col_outer, row_outer]
-        inner = [row_inner, col_block, col_lane]
-    elif len(spatial) > 1:
+    if len(spatial) > 1:
         row_outer, row_inner = sch.split(spatial[-2], [None, tile.rows])
         split_rows = rows_outer and static_extent(sch, col_outer) <= ROWS_OUTER_TILES
         outer = ([*spatial[:-2], row_outer, col_outer] if split_rows
@@ -412,21 +390,18 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         outer, inner = [col_outer], [col_block, col_lane]
     # the parallel iterations of one column tile, where the last column tile's are the last ones
     per_column_tile = (math.prod(static_extent(sch, loop) or 0 for loop in outer[1:]) or None
-                       if not chunks and outer[0] is col_outer and (col_tiles or 0) > 1
+                       if outer[0] is col_outer and (col_tiles or 0) > 1
                        else None)
-    sch.reorder(*chunks, *outer, *reduce, *inner)
+    sch.reorder(*outer, *reduce, *inner)
     tiles = sch.fuse(*outer) if len(outer) > 1 else outer[0]
-    parallel = tiles
-    if chunks:
-        parallel = sch.fuse(*chunks) if len(chunks) > 1 else chunks[0]
-    sch.parallel(parallel)
+    sch.parallel(tiles)
     for loop in inner[:-1]:
         sch.unroll(loop)
     sch.vectorize(inner[-1])
 
     for output in outputs:
         sch.reverse_compute_at(output, tiles)
-        tail = sch.get_loops(output)[2 if chunks else 1:]  # the loops inside the tile
+        tail = sch.get_loops(output)[1:]  # the loops inside the tile
         columns = static_extent(sch, tail[-1])
         if columns is not None and columns % tile.lanes:
             # rows of a tile that are not whole vectors (one column tile over 77 columns, or
@@ -446,8 +421,8 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     if per_column_tile and any(_columns(sch, output) % width for output in outputs):
         # the last column tile writes fewer columns than it computes, under a predicate that
         # scalarized every tile's stores: its iterations run apart (tvmfuse.passes.part_tail)
-        sch.annotate(parallel, PART_TAIL, (col_tiles - 1) * per_column_tile)
-    return parallel
+        sch.annotate(tiles, PART_TAIL, (col_tiles - 1) * per_column_tile)
+    return tiles
 
 
 def _columns(sch: s_tir.Schedule, block) -> int:

@@ -495,7 +495,7 @@ class LinearAddNorm(torch.nn.Module):
         return self.norm(self.linear(x) + residual)
 
 
-def test_dense_row_norm_finishes_rows_then_normalizes_them_on_the_same_thread():
+def test_dense_row_norm_splits_the_gemm_by_column_tiles_then_normalizes_the_rows():
     torch.manual_seed(0)
     module = LinearAddNorm(48, 64).eval()
     x, residual = torch.randn(1, 32, 48), torch.randn(1, 32, 64)
@@ -506,16 +506,20 @@ def test_dense_row_norm_finishes_rows_then_normalizes_them_on_the_same_thread():
         assert cpu.RowReduction(VECTOR).apply(func, target, False) is None
         sch = cpu.DenseRowNorm(VECTOR).apply(func, target, False)
     assert sch is not None
-    # one parallel loop over chunks of whole rows (8 row tiles of 4: as many chunks as cores,
-    # up to 8, that divide them) holds the GEMM and the norm; the weight (a constant) is packed
-    # by a block the build moves out of the kernel
-    cores = int(AVX512.config["num-cores"])
-    chunks = max(c for c in range(1, min(cores, 8) + 1) if 8 % c == 0)
+    # the GEMM's tiles in one parallel loop (each thread reads only its column tiles' weights:
+    # the weight, a constant, packed by a block the build moves out of the kernel), then the
+    # norm's blocks in a second one over the 32 rows, each row's reductions in vectors
     assert len(_packing(sch)) == 1
-    for block in _blocks(sch)[1:]:
-        assert _kinds(sch, block.name_hint)[0] == "PARALLEL"
-        assert _extents(sch, block.name_hint)[0] == chunks
+    gemm = _extents(sch, "matmul_update")
+    assert _kinds(sch, "matmul_update")[0] == "PARALLEL"
     assert _kinds(sch, "matmul_update")[-1] == "VECTORIZED"
+    tile = gemm[-3] * gemm[-2] * gemm[-1]  # rows x blocks x lanes
+    assert gemm[0] * tile >= 32 * 64
+    norm = [b.name_hint for b in _blocks(sch) if b.name_hint.startswith(("T_layer_norm",
+                                                                            "layer_norm"))]
+    assert norm
+    for name in norm:
+        assert _kinds(sch, name)[0] == "PARALLEL" and _extents(sch, name)[0] == 32
     with torch.no_grad():
         expected = module(x, residual).numpy()
     params = [p.detach().numpy() for p in (module.linear.weight.T.contiguous(), module.linear.bias,
