@@ -131,6 +131,21 @@ def accumulator_budget(vector: Vector, tall: bool = False) -> int:
 BLOCK_EFFICIENCY_FULL_WIDTH = {2: 1.04, 4: 1.0, 3: 1.02, 5: 1.0, 7: 0.96, 1: 0.6}
 #: The cores BLOCK_EFFICIENCY_FULL_WIDTH is for (LLVM's names).
 FULL_WIDTH_CORES = ("znver5",)
+#: BLOCK_EFFICIENCY for a GEMM's tiles on Intel's server cores, where a two-block tile takes ten
+#: rows (INTEL_WIDE_ROWS: 20 accumulators, 23 registers with its weights and broadcast). On 2
+#: Emerald Rapids cores (`kernel_bench.py dense --rows R --depth K --sizes N --tiles ...`,
+#: fastest / median of 5-7 interleaved rounds, GFLOP/s), 10 x 2 against the tile chosen before:
+#: 50 x 768 x 3072 317.8 / 300.9 against 5 x 3's 299.7 / 289.3, 50 x 3072 x 768 322.1 / 307.8
+#: against 304.4 / 294.0 (5 x 4: 299.9 / 287.4), 50 x 768 x 768 350.4 / 335.6 against 339.1 /
+#: 322.3; 197 x 768 x 3072 323.5 / 322.5 against 4 x 4's 317.9 / 313.4, 197 x 768 x 768 311.9 /
+#: 307.5 against 300.0 / 299.9, 77 x 768 x 3072 305.5 / 297.0 against 288.8 / 286.8. Wider tiles
+#: ran below 4 x 4: 197 x 768 x 3584 in 3 x 7 195.3, 8 x 2 199.4, 4 x 4 207.2; 197 x 768 x 3840
+#: in 3 x 5 295.5, 4 x 4 312.0 (each pair in one run; the machine's rate drifts between runs).
+BLOCK_EFFICIENCY_INTEL = {2: 1.04, 4: 1.0, 3: 0.97, 5: 0.95, 7: 0.94, 1: 0.6}
+#: The cores BLOCK_EFFICIENCY_INTEL is for (LLVM's names).
+INTEL_SERVER_CORES = ("sapphirerapids", "emeraldrapids", "graniterapids")
+#: WIDE_ROWS for a GEMM's tiles on those cores.
+INTEL_WIDE_ROWS = {**WIDE_ROWS, 2: 4}
 
 
 def _block_efficiency(vector: Vector, tall: bool) -> dict[int, float]:
@@ -138,7 +153,13 @@ def _block_efficiency(vector: Vector, tall: bool) -> dict[int, float]:
         return BLOCK_EFFICIENCY_16
     if tall and vector.core in FULL_WIDTH_CORES:
         return BLOCK_EFFICIENCY_FULL_WIDTH
+    if tall and vector.core in INTEL_SERVER_CORES:
+        return BLOCK_EFFICIENCY_INTEL
     return BLOCK_EFFICIENCY
+
+
+def _wide_rows(vector: Vector, tall: bool) -> dict[int, int]:
+    return INTEL_WIDE_ROWS if tall and vector.core in INTEL_SERVER_CORES else WIDE_ROWS
 
 
 def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
@@ -169,7 +190,8 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
         # symbolic rows: a full tile; seven blocks take three rows (21 accumulators, with the 7
         # weights and the broadcast 29 registers of 32: 197 x 768 x 100 ran at 166 GFLOP/s
         # where 2 x 7 ran 140-146, and 197 columns at 164 where 3 x 5 over 240 ran 118-131)
-        rows = min((budget + WIDE_ROWS.get(blocks, 0)) // blocks, rows_extent or budget)
+        rows = min((budget + _wide_rows(vector, tall).get(blocks, 0)) // blocks,
+                   rows_extent or budget)
         if rows * blocks + blocks + 1 > vector.registers:  # (AVX2's 16 registers)
             rows = min(budget // blocks, rows_extent or budget)
         if rows * blocks + blocks + 1 > vector.registers:
