@@ -2,21 +2,41 @@
 LayerNorm (mean, variance, normalize) and the like, where every reduction runs along the
 innermost axis of the output's rows.
 
-One row at a time per thread: every block of the kernel is computed inside the loop over rows,
-so a row's intermediates (its max, its exponentials, its sums) stay in cache, and the elementwise
-loops over the row are vectorized.
+One row at a time per thread (short rows: four, ROW_GROUP): every block of the kernel is computed
+inside the loop over rows, so a row's intermediates (its max, its exponentials, its sums) stay in
+cache, and the elementwise loops over the row are vectorized.
 """
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir
 
-from tvmfuse.names import ROW_COMBINE, ROW_PARTIALS, ROW_TAIL
+from tvmfuse.names import PART_TAIL, ROW_COMBINE, ROW_PARTIALS, ROW_TAIL
 
 from ._tir import (
-    MIN_PARALLEL_ELEMENTS, CpuRule, is_reduction, root_blocks, static_extent, uses,
+    CpuRule, is_reduction, root_blocks, static_extent, uses,
     vectorize_inner,
 )
+
+
+#: Rows reduced together: each step of a row's chain of dependent operations (its partial
+#: results, their combination, the lanes folded) is taken for the group's rows in turn, so that
+#: their operations overlap. One row at a time, a short row's chain (loads, adds, the lanes
+#: folded, a division, then the same for the variance, a square root) left the core idle: 197 x 64
+#: and 197 x 77 LayerNorms ran 1.78 and 2.75 us on one thread of a Zen 5, 1.24 and 1.97 in groups
+#: of four (alternating builds, medians of 7 rounds); in groups of 8 or 16 the partial results no
+#: longer fit the registers and ran slower.
+ROW_GROUP = 4
+#: Rows of fewer vectors than this are reduced in groups of :data:`ROW_GROUP`: longer rows have
+#: operations enough of their own in flight, and four of them at once ran no faster (197, 384,
+#: 768, 1000, 1024 columns: within this machine's noise, some slower).
+SHORT_ROW_VECTORS = 8
+#: Row reductions over fewer elements run on one thread: a parallel loop's start and join took
+#: 0.7 to 2 us on 2 Zen 5 cores (TVM's thread pool, an empty loop 0.66 us at best), more than
+#: half of a 197 x 77 LayerNorm (one thread 1.3-2.0 us, two 1.6-3.0; 197 x 197 gains from two).
+ROW_PARALLEL_ELEMENTS = 32768
 
 
 class RowReduction(CpuRule):
@@ -44,17 +64,37 @@ def schedule_rows(sch: s_tir.Schedule, blocks: list, lanes: int) -> bool:
     # partial results first: rfactor refuses a block that compute_at has moved
     partials = [p for p in (_vector_partials(sch, b, lanes) for b in blocks
                             if is_reduction(sch, b)) if p is not None]
+    group = _row_group(sch, loops, row, lanes)
     try:
         rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+        total = static_extent(sch, rows)
+        if group > 1:
+            rows = sch.split(rows, [None, group])[0]
         for block in reversed(root_blocks(sch)[:-1]):
             sch.compute_at(block, rows)
     except s_tir.ScheduleError:
         return False  # a reduction that is not along the rows' innermost axis
-    total = static_extent(sch, rows)
-    if total is None or row is None or total * row >= MIN_PARALLEL_ELEMENTS:
+    if total is None or row is None or total * row >= ROW_PARALLEL_ELEMENTS:
         sch.parallel(rows)  # before the partial results' init is split off (parallel refuses)
-    vectorize_rows(sch, blocks, partials, lanes)
+    vectorize_rows(sch, blocks, partials, lanes, grouped=group > 1)
+    if total is not None and total % group:
+        # the last group apart, the only one whose rows run past the output's
+        sch.annotate(rows, PART_TAIL, total // group)
     return True
+
+
+def _row_group(sch: s_tir.Schedule, loops: list, row: int | None, lanes: int) -> int:
+    """How many rows :func:`schedule_rows` reduces together: :data:`ROW_GROUP` where the rows are
+    short and many, else 1. Rows of several dimensions that the groups do not divide stay one at a
+    time (TVM 0.27 refuses to vectorize a block under the last group's predicate on the fused
+    index: "The reduction block vars are not used to index the output buffers")."""
+    extents = [static_extent(sch, loop) for loop in loops[:-1]]
+    if row is None or -(-row // lanes) >= SHORT_ROW_VECTORS or None in extents:
+        return 1
+    total = math.prod(extents)
+    if total < 2 * ROW_GROUP or (total % ROW_GROUP and sum(e > 1 for e in extents) > 1):
+        return 1
+    return ROW_GROUP
 
 
 def lane_partials(sch: s_tir.Schedule, blocks: list, lanes: int) -> list:
@@ -65,24 +105,26 @@ def lane_partials(sch: s_tir.Schedule, blocks: list, lanes: int) -> list:
 
 
 def vectorize_rows(sch: s_tir.Schedule, blocks: list, partials: list, lanes: int,
-                   row_depth: int = 1) -> None:
+                   row_depth: int = 1, grouped: bool = False) -> None:
     """Vectorize ``blocks``, computed one row at a time under ``row_depth`` loops (the row loop
-    the innermost): the elementwise loops along the row, and the ``partials`` (pairs of a block
+    the innermost), or a group of rows at a time (``grouped``: a loop over the group's rows
+    below those): the elementwise loops along the row, and the ``partials`` (pairs of a block
     and its vector accumulators) a step of one vector per accumulator along the row, their
-    initialization split off."""
+    initialization split off. In a group, each step of the partial results and of their
+    combination is taken for every row of the group in turn (:data:`ROW_GROUP`)."""
+    depth = row_depth + grouped
     combines = [b for b in blocks
                 if _combines(sch, b) and int(sch.get(b).annotations[ROW_COMBINE])]
     for block in blocks:
-        if not is_reduction(sch, block) and len(sch.get_loops(block)) > row_depth:
+        if not is_reduction(sch, block) and len(sch.get_loops(block)) > depth:
             vectorize_inner(sch, sch.get_loops(block)[-1], lanes)  # not a per-row scalar
     for block, accumulators in partials:
-        if accumulators > 1:  # (a loop of one is gone once the block is moved)
-            accumulator, lane, steps = sch.get_loops(block)[-3:]
-            sch.reorder(steps, accumulator, lane)
-            sch.unroll(accumulator)
-        else:
-            lane, steps = sch.get_loops(block)[-2:]
-            sch.reorder(steps, lane)
+        # (a loop of one is gone once the block is moved)
+        spatial = sch.get_loops(block)[depth - 1 if grouped else depth:-1]
+        steps, lane = sch.get_loops(block)[-1], spatial[-1]
+        sch.reorder(steps, *spatial)
+        for loop in spatial[:-1]:  # the group's rows and the accumulators
+            sch.unroll(loop)
         sch.vectorize(lane)
         masked = ROW_TAIL in sch.get(block).annotations
         init = sch.decompose_reduction(block, steps)
@@ -93,9 +135,11 @@ def vectorize_rows(sch: s_tir.Schedule, blocks: list, partials: list, lanes: int
             # apart, are plain loads and adds (197 x 1000 LayerNorm on Zen 4: 37 -> 22 us)
             sch.loop_partition(steps, [extent - 1, None])
     for block in combines:  # the accumulators combined a vector at a time
-        lane, position = sch.get_loops(block)[-2:]
-        sch.reorder(position, lane)
-        sch.vectorize(lane)
+        *spatial, position = sch.get_loops(block)[depth - 1 if grouped else depth:]
+        sch.reorder(position, *spatial)
+        if grouped:
+            sch.unroll(spatial[0])
+        sch.vectorize(spatial[-1])
         init = sch.decompose_reduction(block, position)
         sch.vectorize(sch.get_loops(init)[-1])
 

@@ -145,6 +145,28 @@ def test_a_depthwise_conv_over_padded_channels_runs_its_last_channel_tile_apart(
     _check_numbers(model, module, x, tmp_path)
 
 
+def test_a_layer_norm_runs_its_last_partial_group_of_rows_apart_on_one_thread(tmp_path):
+    """450 short rows in groups of four (``schedules/cpu/reduction.py``): 112 whole groups in the
+    parallel loop, whose rows' stores lose the predicate, and the last group's two rows in a
+    serial loop of one iteration (a parallel loop of one started the thread pool for nothing)."""
+    torch.manual_seed(0)
+    module, x = nn.LayerNorm(77), torch.randn(1, 450, 77)
+    model, mod, analysis = _scheduled(module, x)
+    kernel = _kernel(mod, "cpu.row_reduction", analysis)
+    (loop,) = _annotated_loops(kernel)
+    assert int(loop.annotations[PART_TAIL]) == 112 and loop.kind == tirx.ForKind.PARALLEL
+    lowered = _lowered(kernel, split=True)
+    (whole,) = _parallel_loops(lowered)
+    assert int(whole.extent) == 112
+    output = kernel.params[-1].name
+    assert not any(guarded for _, guarded in _stores(whole.body, output))
+    (tail,) = [s for s in _statements(lowered.body) if isinstance(s, tirx.For)
+               and s.loop_var.name == whole.loop_var.name and not s.same_as(whole)]
+    assert tail.kind == tirx.ForKind.SERIAL and int(tail.extent) == 1
+    assert all(guarded for _, guarded in _stores(tail.body, output))
+    _check_numbers(model, module, x, tmp_path)
+
+
 def test_tiles_that_divide_the_columns_keep_one_loop():
     torch.manual_seed(0)
     _, mod, analysis = _scheduled(nn.Linear(64, 256), torch.randn(1, 50, 64))

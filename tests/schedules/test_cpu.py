@@ -408,18 +408,18 @@ def test_pool_and_mean():
 
 
 def test_softmax_and_layer_norm_one_row_per_thread():
-    x = rng.standard_normal((4, 32, 64)).astype("float32")  # big enough for threads
+    x = rng.standard_normal((4, 64, 128)).astype("float32")  # big enough for threads
     softmax = _kernel([("x", x.shape)], lambda bb, x: relax.op.nn.softmax(x))
     sch = cpu.RowReduction(VECTOR).apply(softmax, None, False)
     # every block runs inside the parallel loop over rows
     for block in _blocks(sch):
         assert _kinds(sch, block.name_hint)[0] == "PARALLEL"
     _close(_run(sch, [x], x.shape), torch.softmax(torch.from_numpy(x), -1).numpy())
-    g, b = rng.standard_normal(64).astype("float32"), rng.standard_normal(64).astype("float32")
-    ln = _kernel([("x", x.shape), ("g", (64,)), ("b", (64,))],
+    g, b = rng.standard_normal(128).astype("float32"), rng.standard_normal(128).astype("float32")
+    ln = _kernel([("x", x.shape), ("g", (128,)), ("b", (128,))],
                  lambda bb, x, g, b: relax.op.nn.layer_norm(x, g, b, axes=[-1]))
     sch = cpu.RowReduction(VECTOR).apply(ln, None, False)
-    expected = torch.nn.functional.layer_norm(torch.from_numpy(x), (64,), torch.from_numpy(g),
+    expected = torch.nn.functional.layer_norm(torch.from_numpy(x), (128,), torch.from_numpy(g),
                                               torch.from_numpy(b)).numpy()
     _close(_run(sch, [x, g, b], x.shape), expected)
     for k, n in ((32, 16), (16, 16)):  # its reduction is over K, not a row, even where K = N
@@ -493,6 +493,44 @@ def test_row_reductions_reduce_in_whole_vectors_then_fold_the_lanes(op, n):
     want = reference(*(torch.from_numpy(a) for a in (x, w, b))).numpy()
     _close(_run(sch, [x, w, b] if op == "layer_norm" else [x, w] if op == "rms_norm" else [x],
                 x.shape), want)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "softmax"])
+def test_short_rows_are_reduced_four_at_a_time(op):
+    """Rows of fewer than eight vectors are reduced in groups of four (``ROW_GROUP``): each step
+    of the partial results and of their combination is taken for the group's four rows in turn
+    (unrolled, under the step), so that their dependent chains overlap; 45 rows are 11 groups and
+    one of a single row, which lowering runs apart (PART_TAIL). Rows of 13 vectors stay one at a
+    time. Numbers against PyTorch."""
+    from tvmfuse.names import PART_TAIL
+    from tvmfuse.schedules.cpu.reduction import ROW_GROUP
+    from tvmfuse.strategy import whole_vectors
+
+    body, reference = ROW_OPS[op]
+    for n, grouped in ((77, True), (197, False)):
+        x = (rng.standard_normal((1, 45, n)) * 3 + np.arange(45).reshape(1, 45, 1)).astype(
+            "float32")
+        w, b = (rng.standard_normal(n).astype("float32") for _ in range(2))
+        func = _kernel([("x", x.shape), ("w", (n,)), ("b", (n,))], body,
+                       whole_vectors.legalizations(VECTOR.lanes))
+        sch = cpu.RowReduction(VECTOR).apply(func, None, False)
+        names = [name for name in re.findall(r'T.sblock\("(\w+)"\)', sch.mod.script())
+                 if re.fullmatch(r"\w+_lanes_update(_ax\d+)?", name)]
+        assert names
+        for name in names:
+            kinds, extents = _kinds(sch, name), _extents(sch, name)
+            if grouped:  # (group,) step, its rows, accumulators, lanes
+                assert kinds[-3:] == ["UNROLLED", "UNROLLED", "VECTORIZED"]
+                assert extents[-3:] == [ROW_GROUP, 2, 16]
+            else:  # (row,) step, accumulators, lanes
+                assert kinds[-2:] == ["UNROLLED", "VECTORIZED"] and extents[-3] != ROW_GROUP
+        init = names[0].split("_lanes_update")[0] + "_lanes_init"
+        rows = sch.get(sch.get_loops(sch.get_sblock(init))[0])
+        assert int(rows.extent) == (12 if grouped else 45)
+        assert (int(rows.annotations[PART_TAIL]) if PART_TAIL in rows.annotations
+                else None) == (11 if grouped else None)
+        want = reference(*(torch.from_numpy(a) for a in (x, w, b))).numpy()
+        _close(_run(sch, [x, w, b] if op == "layer_norm" else [x], x.shape), want)
 
 
 def test_rows_under_two_vectors_keep_tvm_legalization():
