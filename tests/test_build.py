@@ -165,6 +165,32 @@ def test_failed_build_leaves_the_previous_build_untouched(build_tiny, tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging left behind
 
 
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_a_rebuild_into_the_same_folder_runs_the_new_build(tmp_path, monkeypatch, hard_links):
+    """Two builds of one layer with different weights into one folder, each loaded while the
+    one before is still loaded: each runs its own weights (the dynamic loader returned the
+    library already open under that path, and the second build ran the first's weights:
+    max error 2.46). Where the folder takes no hard link, the library is loaded from a copy."""
+    import os
+
+    if not hard_links:
+        def refuse(*_args):
+            raise OSError("hard links not supported")
+
+        monkeypatch.setattr(os, "link", refuse)
+    folder, loaded = tmp_path / "out", []
+    for seed in range(2):
+        torch.manual_seed(seed)
+        layer, x = torch.nn.Linear(8, 8).eval(), torch.randn(4, 8)
+        model = api.import_torch(layer, [x])
+        api.build(api.compile_model(model, api.get_target(HOST),
+                                    api.BuildOptions(use_database=False)), folder)
+        loaded.append(api.load(folder))
+        np.testing.assert_allclose(loaded[-1].run([x.numpy()])[0], layer(x).detach().numpy(),
+                                   rtol=1e-5, atol=1e-5)
+    assert sorted(p.name for p in folder.iterdir()) == ["check.npz", "manifest.json", "model.so"]
+
+
 def test_build_refuses_to_replace_a_folder_that_is_not_a_build(build_tiny, tmp_path):
     model, _ = build_tiny("tiny-resnet")
     precious = tmp_path / "notes"

@@ -8,6 +8,10 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import os
+import shutil
+import tempfile
+import uuid
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,7 +169,7 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
                                f"with --rpc HOST:PORT:KEY")
         device = target.device_here()
         try:
-            module = tvm.runtime.load_module(str(library))
+            module = _load_afresh(library)
         except Exception as err:  # noqa: BLE001 - the loader raises TVM's and OS errors alike
             raise TvmfuseError(f"cannot load {library}: {one_line(err)}; rebuild the model") \
                 from None
@@ -173,11 +177,43 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
         from .remote import Remote  # noqa: PLC0415
 
         session = Remote.parse(rpc).session()
-        session.upload(str(library))
-        module = session.load_module(library.name)
+        name = f"{uuid.uuid4().hex}-{library.name}"  # a name of its own there too (see below)
+        session.upload(str(library), name)
+        module = session.load_module(name)
         device = target.device_of(session)
     return Deployed(path, manifest, inputs, outputs, relax.VirtualMachine(module, device),
                     device, rpc, session)
+
+
+def _load_afresh(library: Path):
+    """``library`` loaded as it is now, under a name of its own. The dynamic loader hands back
+    the library it already has open under the same path, even where the file there was rebuilt
+    since: a second build into the same folder, loaded in the same process, ran the first
+    build's code and weights. A symbolic link does not help (TVM's loader resolves it to the
+    same path); a hard link of a new name does, and costs nothing: made in the build's own
+    folder, or where that is read-only, a copy in the temporary directory."""
+    import tvm  # noqa: PLC0415
+
+    name = f"{uuid.uuid4().hex}-{library.name}"
+    try:
+        scratch = tempfile.mkdtemp(prefix=".tvmfuse-load-", dir=library.parent)
+    except OSError:
+        scratch = None
+    try:
+        if scratch is not None:
+            try:
+                os.link(library, Path(scratch) / name)
+            except OSError:
+                shutil.rmtree(scratch, ignore_errors=True)
+                scratch = None
+        if scratch is None:
+            scratch = tempfile.mkdtemp(prefix="tvmfuse-load-")
+            shutil.copyfile(library, Path(scratch) / name)
+        # (the name may go once the library is open: its code and data stay mapped)
+        return tvm.runtime.load_module(str(Path(scratch) / name))
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def file_digest(path: Path) -> dict:
