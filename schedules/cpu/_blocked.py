@@ -230,6 +230,14 @@ ROWS_OUTER_TILES = 4
 DIVIDING_ROWS = 3 / 4
 
 
+#: What a pointwise (1x1) conv's tile keeps of its rate where its last row tile is predicated,
+#: beyond the rows it wastes: the predicate guards every row's loads and FMAs in the reduction.
+#: On 2 Zen 5 cores (one tile forced per build, fastest of 5 interleaved rounds, GFLOP/s), 4 x 4
+#: against 7 x 2 (which divides the rows): 1024 -> 256 over 14x14 276 / 490, 256 -> 1024 271 /
+#: 492, 2048 -> 512 over 7x7 341 / 510, 512 -> 2048 339 / 498 (ResNet-50's last two stages). 3x3
+#: convs over 7x7 with 64-256 channels ran as fast or faster in 4 x 4 (64: 311 / 255).
+PREDICATED_POINTWISE = 0.55
+
 #: The most rows :func:`dividing_tile` gives a tile, and the share of the register file its
 #: accumulators may take (a seven-row tile of three blocks: 21 of 32).
 DIVIDING_TILE_ROWS = 8
@@ -259,17 +267,20 @@ def dividing_tile(rows_extent: int, cols_extent: int, vector: Vector, *,
 
 
 def _dividing_if_better(tile: Tile, rows: int, cols: int, vector: Vector, depth: int | None, *,
-                        pad: bool = False) -> Tile:
+                        pad: bool = False, pointwise: bool = False) -> Tile:
     """``tile``, or a tile whose rows divide a conv's ``rows`` (:func:`dividing_tile`) where that
     scores higher. A conv's last row tile is predicated, not padded: over a 5x5 map, 4 x 4 tiles
     computed 8 rows for every 5 (ResNet-18's last stage at 160 px, 3x3 512 -> 512: 275 GFLOP/s,
     5 x 4 463; 256 -> 512 with stride 2 from 10x10: 309 -> 466; 256 -> 256 over 10x10: 470 -> 493;
-    fastest of 5 interleaved rounds, 2 Zen 5 cores)."""
+    fastest of 5 interleaved rounds, 2 Zen 5 cores). A ``pointwise`` conv (1x1) pays for the
+    predicate far beyond the rows it wastes (PREDICATED_POINTWISE)."""
     dividing = dividing_tile(rows, cols, vector, pad=pad, depth=depth)
-    if dividing is not None and (tile_score(dividing, rows, cols, vector, depth=depth)
-                                 > tile_score(tile, rows, cols, vector, depth=depth)):
-        return dividing
-    return tile
+    if dividing is None:
+        return tile
+    score = tile_score(tile, rows, cols, vector, depth=depth)
+    if pointwise:
+        score *= PREDICATED_POINTWISE
+    return dividing if tile_score(dividing, rows, cols, vector, depth=depth) > score else tile
 
 
 def _dividing_rows(rows: int, rows_extent: int | None) -> int:
@@ -356,6 +367,8 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     if merged is not None:
         rows = math.prod(static_extent(sch, loops[i]) for i in merged)
     depth = math.prod(static_extent(sch, loop) or 0 for loop in reduce) or None
+    # a pointwise conv: no reduction over the map, only over the input channels
+    pointwise = len(reduce) > 1 and all(static_extent(sch, loop) == 1 for loop in reduce[:-1])
     tile = choose_tile(rows, cols, vector, tall=tall, depth=depth)
     undivided = merged is not None and tile is not None and rows % tile.rows != 0
     if undivided:
@@ -368,12 +381,13 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         if rows % tile.rows:
             tile = dividing_tile(rows, cols, vector, depth=depth) or tile
     elif merged is None and not tall and tile is not None and rows % tile.rows:
-        tile = _dividing_if_better(tile, rows, cols, vector, depth)
+        tile = _dividing_if_better(tile, rows, cols, vector, depth, pointwise=pointwise)
     padded = choose_tile(rows, cols, vector, pad=True, tall=tall, depth=depth)
     if undivided and padded is not None and rows % padded.rows:
         padded = dividing_tile(rows, cols, vector, pad=True, depth=depth)
     elif merged is None and not tall and padded is not None and rows % padded.rows:
-        padded = _dividing_if_better(padded, rows, cols, vector, depth, pad=True)
+        padded = _dividing_if_better(padded, rows, cols, vector, depth, pad=True,
+                                     pointwise=pointwise)
     # a column tail, or columns no large tile divides: whole tiles over padded columns; and the
     # rows in whole tiles (see _row_multiple)
     better = padded is not None and (tile is None or (

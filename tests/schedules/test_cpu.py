@@ -99,19 +99,22 @@ def test_conv2d_register_tile_and_numbers(h, c, o, k, stride):
     _close(_run(sch, [x, w, b], (1, out_h, out_h, o)), _torch_conv_relu(x, w, b, k, stride))
 
 
-@pytest.mark.parametrize("h,c,tile", [(5, 64, [5, 4]), (10, 64, [5, 4]), (7, 512, [7, 2]),
-                                      (7, 64, [4, 4])])
-def test_conv_tiles_divide_small_maps_and_keep_deep_weight_panels_in_the_l2(h, c, tile):
+@pytest.mark.parametrize("h,c,k,tile", [(5, 64, 3, [5, 4]), (10, 64, 3, [5, 4]),
+                                        (7, 512, 3, [7, 2]), (7, 64, 3, [4, 4]),
+                                        (14, 256, 1, [7, 2]), (28, 256, 1, [4, 4])])
+def test_conv_tiles_divide_small_maps_and_keep_deep_weight_panels_in_the_l2(h, c, k, tile):
     """A conv's last row tile is predicated: over 5x5 and 10x10 maps 4-row tiles computed 8
     rows for every 5 (3x3 512 -> 512 over 5x5 ran 275 GFLOP/s, 5 x 4 463 on Zen 5), so a tile of
     five rows is taken. Over 7x7, 4 x 4 stays for 64 channels, but with 512 its weight panel
     (4608 deep x 64 columns, 1.2 MB) left the L2 on every row tile: 7 x 2 (32 columns) ran 498
-    where 4 x 4 ran 383 (SPILLED_PANEL, now for convs as for GEMMs). Numbers against PyTorch."""
-    inputs, body = _conv_relu(h, c, c, 3, 1)
+    where 4 x 4 ran 383 (SPILLED_PANEL, now for convs as for GEMMs). A 1x1 conv over 14x14 takes
+    7 x 2 (PREDICATED_POINTWISE: 1024 -> 256 ran 276 in 4 x 4, 490 in 7 x 2); over 28x28 4 x 4
+    divides. Numbers against PyTorch."""
+    inputs, body = _conv_relu(h, c, c, k, 1)
     sch = cpu.Conv2D(VECTOR).apply(_kernel(inputs, body), AVX512.tvm_target(), False)
     assert _extents(sch, "conv2d_nhwc_update")[-3:] == [*tile, 16]
     x, w, b = (rng.standard_normal(s).astype("float32") for _, s in inputs)
-    _close(_run(sch, [x, w * 0.05, b], (1, h, h, c)), _torch_conv_relu(x, w * 0.05, b, 3, 1))
+    _close(_run(sch, [x, w * 0.05, b], (1, h, h, c)), _torch_conv_relu(x, w * 0.05, b, k, 1))
 
 
 def test_a_stem_pads_its_image_in_parallel_rows():
