@@ -207,6 +207,11 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
         # compete too (FILL_EXPONENT_16: 49 rows in 5 x 2, not 6 x 2 over 54)
         shorter = range(rows - 1, max(rows // 2, 1) - 1, -1) if (
             tall and vector.registers < 32 and rows_extent) else ()
+        if tall and rows_extent and rows_extent < DIVIDING_GEMM_ROWS and not shorter:
+            # in 32 registers, the most rows under the tile's that divide the GEMM's, so that
+            # its rows need no padding (see DIVIDING_GEMM_ROWS)
+            shorter = [r for r in range(rows - 1, max(rows // 2, 1) - 1, -1)
+                       if rows_extent % r == 0][:1]
         for tile in (Tile(r, blocks, lanes) for r in (rows, *shorter)):
             if best is None or tile_score(tile, rows_extent, cols_extent, vector, tall,
                                           depth) > tile_score(best, rows_extent, cols_extent,
@@ -229,6 +234,14 @@ ROWS_OUTER_TILES = 4
 #: largest row count that divides the rows where that keeps at least this share of its rows.
 DIVIDING_ROWS = 3 / 4
 
+
+#: GEMMs over fewer rows than this (in 32 registers) also try the most rows under a tile's
+#: that divide theirs: 49 rows (Winograd's 7x7 tiles of a 14x14 map, ResNet-50's third stage)
+#: were padded to 52 in 4 x 4 tiles, with a copy of the input and a predicated output; 7 x 2
+#: divides them. On 2 Zen 5 cores (kernel_bench.py dense --rows 49 --depth 256 --sizes 256
+#: --tiles auto,4x4,7x2,8x2, fastest of 5 interleaved rounds) 377 / 368 / 428 / 343 GFLOP/s.
+#: Larger row counts keep their choice (measured per core: see BLOCK_EFFICIENCY_INTEL).
+DIVIDING_GEMM_ROWS = 64
 
 #: What a pointwise (1x1) conv's tile keeps of its rate where its last row tile is predicated,
 #: beyond the rows it wastes: the predicate guards every row's loads and FMAs in the reduction.

@@ -231,6 +231,28 @@ def test_dense_over_a_7x7_map_takes_a_tile_whose_rows_divide_49():
     _close(_run(sch, [x, w, b], (1, 7, 7, 96)), np.maximum(x @ w + b, 0))
 
 
+def test_a_zen5_gemm_over_49_rows_takes_a_tile_that_divides_them():
+    """Winograd's batched GEMMs over a 14x14 map have 49 rows (7x7 tiles): on Zen 5 they were
+    padded to 52 in 4 x 4 tiles (a copy of the input, a predicated output); 7 x 2 divides them
+    (49 x 256 x 256: 377 -> 428 GFLOP/s; 3x3 convs over 14x14 through Winograd 626-883 ->
+    823-1007, DIVIDING_GEMM_ROWS). 196 rows keep 4 x 4, and so do 49 on a Zen 4."""
+    from tvmfuse.schedules.cpu._blocked import Tile, choose_tile
+    from tvmfuse.targets import Vector
+
+    zen5 = Vector(lanes=16, registers=32, core="znver5")
+    assert choose_tile(49, 256, zen5, tall=True, depth=256) == Tile(7, 2, 16)
+    assert choose_tile(196, 256, zen5, tall=True, depth=256) == Tile(4, 4, 16)
+    zen4 = Vector(lanes=16, registers=32, core="znver4")
+    assert choose_tile(49, 256, zen4, tall=True, depth=256) == Tile(4, 4, 16)
+    inputs = [("x", (4, 49, 64)), ("w", (4, 64, 96))]
+    sch = cpu.Dense(zen5).apply(_kernel(inputs, lambda bb, x, w: relax.op.matmul(x, w)), None,
+                                False)
+    assert _extents(sch, "matmul_update")[-3:] == [7, 2, 16]
+    assert "_pad" not in sch.mod.script()  # no padded rows
+    x, w = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    _close(_run(sch, [x, w], (4, 49, 96)), x @ w)
+
+
 def test_dense_over_50_rows_takes_a_tile_that_divides_them_over_one_that_pads():
     """CLIP's and DistilBERT's 50 tokens: 4 x 4 tiles over rows padded to 52 ran their GEMMs at
     165-198 GFLOP/s on Zen 4, 5 x 3 tiles (dividing 50) at 212-222 (PADDED_ROWS_32)."""
