@@ -146,18 +146,19 @@ def test_a_depthwise_conv_over_padded_channels_runs_its_last_channel_tile_apart(
 
 
 def test_a_layer_norm_runs_its_last_partial_group_of_rows_apart_on_one_thread(tmp_path):
-    """450 short rows in groups of four (``schedules/cpu/reduction.py``): 112 whole groups in the
-    parallel loop, whose rows' stores lose the predicate, and the last group's two rows in a
-    serial loop of one iteration (a parallel loop of one started the thread pool for nothing)."""
+    """802 short rows in groups of four (``schedules/cpu/reduction.py``; 45 columns are short
+    in vectors of 8 and of 16): 200 whole groups in the parallel loop, whose rows' stores lose
+    the predicate, and the last group's two rows in a serial loop of one iteration (a parallel
+    loop of one started the thread pool for nothing)."""
     torch.manual_seed(0)
-    module, x = nn.LayerNorm(77), torch.randn(1, 450, 77)
+    module, x = nn.LayerNorm(45), torch.randn(1, 802, 45)
     model, mod, analysis = _scheduled(module, x)
     kernel = _kernel(mod, "cpu.row_reduction", analysis)
     (loop,) = _annotated_loops(kernel)
-    assert int(loop.annotations[PART_TAIL]) == 112 and loop.kind == tirx.ForKind.PARALLEL
+    assert int(loop.annotations[PART_TAIL]) == 200 and loop.kind == tirx.ForKind.PARALLEL
     lowered = _lowered(kernel, split=True)
     (whole,) = _parallel_loops(lowered)
-    assert int(whole.extent) == 112
+    assert int(whole.extent) == 200
     output = kernel.params[-1].name
     assert not any(guarded for _, guarded in _stores(whole.body, output))
     (tail,) = [s for s in _statements(lowered.body) if isinstance(s, tirx.For)
