@@ -16,6 +16,7 @@ from tvm import relax
 from . import strategy
 from .errors import CompileError, TvmfuseError, one_line
 from .passes import (
+    ApplyDatabase,
     Conv1DAsConv2D, DecomposeClip, ExpandIntegerPower, FoldBatchNorm, FoldConstantCasts,
     FoldCreationOps, FoldGeluTanh, FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention,
     GlobalPoolToReduce, MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul,
@@ -176,7 +177,9 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             _if(prepack, MarkWeightsLayoutFree()),
         ])),
         # 8. Tuned records first (the database), then
-        Phase("apply_database", tvm.transform.Sequential(_apply_database(options.database))),
+        Phase("apply_database", (ApplyDatabase(options.database, family.scheduler())
+                                 if options.database is not None
+                                 else tvm.transform.Sequential([]))),
         # 9. the hand-written rules from schedules/, then TVM's defaults for what is left (see
         #    tvmfuse.strategy);
         Phase("schedule", tvm.transform.Sequential([*family.kernel_passes(rules),

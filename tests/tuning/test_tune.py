@@ -100,3 +100,37 @@ def test_a_cpu_search_registers_the_cpu_intrinsics_only(tmp_path):
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_seed_record_gets_its_rule_as_the_rule_is_now(tmp_path, monkeypatch):
+    """Seeds recorded while the conv rule chose one-row, one-block tiles; then the rule changed
+    back. The build schedules those kernels with the rule as it is now (the seed would replay
+    the old tiles: the committed Zen 5 database ran ResNet-50 21.3 ms where the rules of the day
+    ran it 17.1-17.6), still reported as the database's seeds; numbers against PyTorch."""
+    from tvmfuse.schedules.cpu import _blocked
+
+    model = api.import_model("tiny-resnet")
+    database = tmp_path / TARGET.key
+    choose = _blocked.choose_tile
+
+    def one_by_one(rows, cols, vector, **kwargs):
+        tile = choose(rows, cols, vector, **kwargs)
+        return None if tile is None else _blocked.Tile(1, 1, tile.lanes)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(_blocked, "choose_tile", one_by_one)
+        api.tune(model, TARGET, api.BuildOptions(database=database), trials=0)
+
+    def tiles(options):
+        mod, analysis = api.analyze(model, TARGET, options, until="schedule")
+        convs = sorted(k for k, v in analysis.implementations.items() if v.endswith("cpu.conv2d"))
+        return {k: analysis.implementations[k] for k in convs}, {
+            k: "T.unroll(T.int64(1))" in mod[k].script() or "T.unroll(1)" in mod[k].script()
+            for k in convs}
+
+    implementations, one_row = tiles(api.BuildOptions(database=database))
+    assert implementations and all(v == "seed:cpu.conv2d" for v in implementations.values())
+    fresh_implementations, fresh_one_row = tiles(api.BuildOptions(use_database=False))
+    assert one_row == fresh_one_row  # the tiles the rule gives now, not the recorded ones
+    compiled = api.compile_model(model, TARGET, api.BuildOptions(database=database))
+    verify(api.load(api.build(compiled, tmp_path / "out")), model)

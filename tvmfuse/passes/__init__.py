@@ -1,5 +1,6 @@
 """tvmfuse's own Relax passes, one per file (verb_object.py holds VerbObject)."""
 
+from .apply_database import ApplyDatabase
 from .apply_schedule_rules import ApplyScheduleRules
 from .conv1d_as_conv2d import Conv1DAsConv2D
 from .decompose_clip import DecomposeClip

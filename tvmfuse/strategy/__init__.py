@@ -23,6 +23,7 @@ from tvm import tirx
 
 from .. import names
 from ..passes import ApplyScheduleRules
+from ..passes.apply_database import seed_rule
 from ..targets import TargetSpec
 from .base import Strategy
 from .cpu import CpuStrategy
@@ -58,17 +59,8 @@ def implementations(mod: tvm.IRModule) -> dict[str, str]:
         if names.SCHEDULE in attrs:
             found[gvar.name_hint] = str(attrs[names.SCHEDULE])
         elif attrs.get(names.IS_SCHEDULED, False):
-            seed = _seed_rule(func)
+            seed = seed_rule(func)
             found[gvar.name_hint] = TUNED if seed is None else f"{DATABASE_SEED}:{seed}"
         else:
             found[gvar.name_hint] = DEFAULT
     return found
-
-
-def _seed_rule(func) -> str | None:
-    """The hand-written rule a database record's schedule came from (``tvmfuse tune`` seeds
-    annotate the root block with it), or None for a searched schedule."""
-    block = getattr(func.body, "block", None)
-    annotations = getattr(block, "annotations", None) or {}
-    value = annotations.get(names.SCHEDULE)
-    return None if value is None else str(value)
