@@ -177,7 +177,7 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
         from .remote import Remote  # noqa: PLC0415
 
         session = Remote.parse(rpc).session()
-        name = f"{uuid.uuid4().hex}-{library.name}"  # a name of its own there too (see below)
+        name = _own_name(library)  # a name of its own there too (see _load_afresh)
         session.upload(str(library), name)
         module = session.load_module(name)
         device = target.device_of(session)
@@ -194,26 +194,39 @@ def _load_afresh(library: Path):
     folder, or where that is read-only, a copy in the temporary directory."""
     import tvm  # noqa: PLC0415
 
-    name = f"{uuid.uuid4().hex}-{library.name}"
+    name = _own_name(library)
+    scratch = _holding(library, name)
     try:
-        scratch = tempfile.mkdtemp(prefix=".tvmfuse-load-", dir=library.parent)
-    except OSError:
-        scratch = None
-    try:
-        if scratch is not None:
-            try:
-                os.link(library, Path(scratch) / name)
-            except OSError:
-                shutil.rmtree(scratch, ignore_errors=True)
-                scratch = None
-        if scratch is None:
-            scratch = tempfile.mkdtemp(prefix="tvmfuse-load-")
-            shutil.copyfile(library, Path(scratch) / name)
         # (the name may go once the library is open: its code and data stay mapped)
-        return tvm.runtime.load_module(str(Path(scratch) / name))
+        return tvm.runtime.load_module(str(scratch / name))
     finally:
-        if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _own_name(library: Path) -> str:
+    return f"{uuid.uuid4().hex}-{library.name}"
+
+
+def _holding(library: Path, name: str) -> Path:
+    """A new folder holding ``library`` as ``name``: a hard link beside it, else a copy in the
+    temporary directory."""
+    try:
+        scratch = Path(tempfile.mkdtemp(prefix=".tvmfuse-load-", dir=library.parent))
+    except OSError:
+        pass
+    else:
+        try:
+            os.link(library, scratch / name)
+            return scratch
+        except OSError:
             shutil.rmtree(scratch, ignore_errors=True)
+    scratch = Path(tempfile.mkdtemp(prefix="tvmfuse-load-"))
+    try:
+        shutil.copyfile(library, scratch / name)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    return scratch
 
 
 def file_digest(path: Path) -> dict:

@@ -37,6 +37,12 @@ def _convnet(model: torch.nn.Module) -> torch.nn.Module:
     return model.eval()
 
 
+def _causal_lm(model: torch.nn.Module, seq: int):
+    """Token ids in, every position's logits out, no cache."""
+    return (_Field(model.eval(), "logits", use_cache=False),
+            (_ids(model.config.vocab_size, seq),))
+
+
 class _Field(torch.nn.Module):
     """One field of a transformers output (``last_hidden_state``, ``logits``)."""
 
@@ -82,8 +88,7 @@ def opt_small():
     config = tf.OPTConfig(hidden_size=320, num_hidden_layers=4, num_attention_heads=5,
                           ffn_dim=1280, vocab_size=5000, max_position_embeddings=256,
                           word_embed_proj_dim=320)
-    return (_Field(tf.OPTForCausalLM(config).eval(), "logits", use_cache=False),
-            (_ids(5000, 53),))
+    return _causal_lm(tf.OPTForCausalLM(config), 53)
 
 
 def qwen2_small():
@@ -91,8 +96,7 @@ def qwen2_small():
     config = tf.Qwen2Config(hidden_size=320, num_hidden_layers=4, num_attention_heads=5,
                             num_key_value_heads=1, intermediate_size=864, vocab_size=5000,
                             max_position_embeddings=512)
-    return (_Field(tf.Qwen2ForCausalLM(config).eval(), "logits", use_cache=False),
-            (_ids(5000, 71),))
+    return _causal_lm(tf.Qwen2ForCausalLM(config), 71)
 
 
 def resnet_tf_160():

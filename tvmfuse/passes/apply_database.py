@@ -34,16 +34,27 @@ class ApplyDatabase:
             rule = seed_rule(func) if isinstance(func, tirx.PrimFunc) else None
             if rule is None or gvar not in mod:
                 continue
-            found = self.scheduler.schedule(mod[gvar], target, gvar.name_hint)
-            if found is None or found[0] != rule:
+            sch = hand_written(mod[gvar], target, self.scheduler, gvar.name_hint)
+            if sch is None or seed_rule(sch.mod["main"]) != rule:
                 continue  # the rule no longer takes it: the seed stays
-            sch = found[1]
-            sch.annotate(sch.get_sblock("root"), names.SCHEDULE, rule)
             fresh = sch.mod["main"]
             for key, value in func.attrs.items():
                 fresh = fresh.with_attr(key, value)
             applied[gvar] = fresh
         return applied
+
+
+def hand_written(func: tirx.PrimFunc, target, scheduler: ApplyScheduleRules,
+                 kernel: str = "main"):
+    """The schedule the build would give ``func``, its root block annotated with the rule's name
+    so that the schedule (and a database record's trace) says where it came from; None where no
+    rule takes it. ``tvmfuse tune`` records these as seeds."""
+    found = scheduler.schedule(func, target, kernel)
+    if found is None:
+        return None
+    name, sch = found
+    sch.annotate(sch.get_sblock("root"), names.SCHEDULE, name)
+    return sch
 
 
 def seed_rule(func: tirx.PrimFunc) -> str | None:

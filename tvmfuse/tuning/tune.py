@@ -51,6 +51,7 @@ from .. import names, strategy
 from ..compiler import BuildOptions, analyze
 from ..errors import TvmfuseError
 from ..frontend import ImportedModel
+from ..passes.apply_database import hand_written
 from ..passes.apply_schedule_rules import ApplyScheduleRules
 from ..profile import param_specs, random_args
 from ..remote import Remote, SharedLibraryExport
@@ -255,17 +256,6 @@ def is_seed(trace) -> bool:
     """Whether a record's trace is a hand-written seed (annotated by :func:`hand_written`)."""
     return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == names.SCHEDULE
                for inst in trace.insts)
-
-
-def hand_written(func, target, scheduler: ApplyScheduleRules):
-    """The schedule the build would give ``func``, its root block annotated with the rule's name
-    so the trace says where it came from."""
-    found = scheduler.schedule(func, target)
-    if found is None:
-        return None
-    name, sch = found
-    sch.annotate(sch.get_sblock("root"), names.SCHEDULE, name)
-    return sch
 
 
 class Measure:
