@@ -6,6 +6,9 @@ ONNX Runtime in interleaved rounds by ``tvmfuse.bench`` (wall clock, medians).
     .venv/bin/python benchmarks/shape_sweep.py [--families dense,attention,...] [--repeat N] [--sizes 77,197]
                                                [--json benchmarks/shape-sweep.json]
 
+``--sizes`` measures only those points again and puts them in place of the same points of the
+JSON, the summaries recomputed over the whole family.
+
 For every family it prints each point's GFLOP/s (GB/s for LayerNorm, which does no FMAs) from the
 median and from the fastest run of the whole module, beside ONNX Runtime's, then the schedule's
 own rate (``kernel``: its kernels timed alone, see :func:`_schedule_rate`), and for each figure
@@ -137,8 +140,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--sizes", help="only these swept sizes (comma-separated); the JSON is "
-                                        "then not written")
+    parser.add_argument("--sizes", help="only these swept sizes (comma-separated): their points "
+                                        "replace the same points in the JSON (a point measured "
+                                        "in a slow period, measured again)")
     parser.add_argument("--json", type=Path, default=Path(__file__).parent / "shape-sweep.json")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -147,6 +151,7 @@ def main() -> int:
     options = api.BuildOptions(use_database=False)
     results = {"machine": platform.processor() or platform.machine(), "target": target.name,
                "threads": threads, "families": {}}
+    earlier = json.loads(args.json.read_text())["families"] if args.json.exists() else {}
     for family in args.families.split(","):
         rows = []
         for label, size, module, inputs, nbytes in _points(family):
@@ -174,23 +179,37 @@ def main() -> int:
                   f"{row.get('onnxruntime_best_rate') or 0:7.1f})  kernel "
                   f"{row['kernel_rate']:7.1f} ({row['implementation']}) "
                   f"{'GB/s' if nbytes else 'GFLOP/s'}", flush=True)
-        summary = {"points": rows}
-        for key in ("kernel_rate", "tvmfuse_rate", "tvmfuse_best_rate"):
-            best = max(r[key] for r in rows)
-            odd = [r for r in rows if r["size"] >= 64 and r["size"] % 16]
-            worst = min(odd, key=lambda r: r[key]) if odd else None
-            summary[key] = {"best": best, "worst_odd": worst and {
-                "point": worst["point"], "share_of_best": worst[key] / best}}
-            if worst:
-                print(f"{family} ({key}): best {best:.1f}; worst at a non-multiple size >= 64: "
-                      f"{worst['point']} {worst[key] / best:.0%} of best", flush=True)
-        results["families"][family] = summary
-    if not args.sizes:  # the families not run keep their last results
-        if args.json.exists():
-            results["families"] = {**json.loads(args.json.read_text())["families"],
-                                   **results["families"]}
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+        if args.sizes:  # the family's other points as last measured
+            rows = _merged(earlier.get(family, {}).get("points", []), rows)
+        results["families"][family] = _summary(family, rows)
+    # the families not run keep their last results
+    results["families"] = {**earlier, **results["families"]}
+    args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0
+
+
+def _merged(earlier: list, rows: list) -> list:
+    """``earlier``'s points in their order, each replaced by the one of ``rows`` with its label;
+    points of ``rows`` that ``earlier`` lacks at the end."""
+    fresh = {r["point"]: r for r in rows}
+    merged = [fresh.pop(r["point"], r) for r in earlier]
+    return merged + list(fresh.values())
+
+
+def _summary(family: str, rows: list) -> dict:
+    """The family's points and, for each rate, its best and its worst share of the best at a
+    non-multiple size of at least 64 (printed)."""
+    summary = {"points": rows}
+    for key in ("kernel_rate", "tvmfuse_rate", "tvmfuse_best_rate"):
+        best = max(r[key] for r in rows)
+        odd = [r for r in rows if r["size"] >= 64 and r["size"] % 16]
+        worst = min(odd, key=lambda r: r[key]) if odd else None
+        summary[key] = {"best": best, "worst_odd": worst and {
+            "point": worst["point"], "share_of_best": worst[key] / best}}
+        if worst:
+            print(f"{family} ({key}): best {best:.1f}; worst at a non-multiple size >= 64: "
+                  f"{worst['point']} {worst[key] / best:.0%} of best", flush=True)
+    return summary
 
 
 if __name__ == "__main__":
