@@ -3,13 +3,16 @@
     .venv/bin/python benchmarks/kernel_bench.py dense --sizes 77,100,197 [--rows 197] [--depth 768]
                                                 [--tiles auto,4x2,6x2] [--rounds 5]
     .venv/bin/python benchmarks/kernel_bench.py attention --sizes 49,197,1500 [--variants mod,...]
+    .venv/bin/python benchmarks/kernel_bench.py layer_norm --sizes 64,77,197 [--rows 197]
 
 ``dense`` builds ``nn.Linear(depth, N)`` on ``[1, rows, depth]`` with tvmfuse (untuned) and times
 its GEMM kernel with ``time_evaluator`` (:mod:`tvmfuse.profile`). ``attention`` builds the CPU
 attention kernel (``schedules/cpu/attention.py``, or each module named in ``--variants`` that has
 an ``attention_kernel(shape, cores=...)``: a copy with one change, to compare) for BERT-base's
 heads (12 x 64, packed QKV, no mask) at each sequence length, checks it against NumPy, and times
-it. Variants and sizes are timed in interleaved rounds: on this shared machine a kernel's time
+it. ``layer_norm`` builds ``nn.LayerNorm(N)`` on ``[1, rows, N]`` (its weight and bias drawn
+away from 1 and 0), checks the row reduction kernel against PyTorch and times it (GB/s: the input
+read and the output written, as the shape sweep counts). Variants and sizes are timed in interleaved rounds: on this shared machine a kernel's time
 drops by a third for seconds at a time (a GEMM measured 161 GFLOP/s for eight profiles in a row,
 then 108 for the next eight, same arguments), so each figure is the fastest round, with the median
 beside it; compare only within one run.
@@ -71,6 +74,38 @@ def dense_kernels(sizes, rows, target, depth=768, tiles=("auto",)):
                    name, args)
 
 
+def layer_norm_kernels(sizes, rows, target):
+    """(label, bytes, library, function, arguments) per row length: the row reduction kernel of
+    a tvmfuse build of a LayerNorm, checked against PyTorch first."""
+    import torch  # noqa: PLC0415
+    from torch import nn  # noqa: PLC0415
+
+    from tvmfuse import api, compiler  # noqa: PLC0415
+
+    device = tvm.cpu()
+    for n in sizes:
+        torch.manual_seed(n)
+        norm, x = nn.LayerNorm(n).eval(), torch.randn(1, rows, n)
+        with torch.no_grad():
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-1.0, 1.0)
+            want = norm(x).numpy()
+        model = api.import_torch(norm, [x], name=f"layer_norm{n}")
+        built = compiler.compile_model(model, target, api.BuildOptions(use_database=False))
+        implementations = built.analysis.implementations
+        name = next(k for k in built.analysis.kernels
+                    if implementations.get(k) == "cpu.row_reduction")
+        library = built.executable.mod.imports[0]
+        args = [tvm.runtime.tensor(a, device) for a in (
+            x.numpy(), norm.weight.detach().numpy(), norm.bias.detach().numpy(),
+            np.zeros_like(want))]
+        library[name](*args)
+        error = np.abs(args[-1].numpy() - want).max()
+        if error > 1e-5:
+            raise SystemExit(f"layer_norm over {n} columns: max error {error:.1e}")
+        yield f"{rows}x{n} layer_norm", 2 * rows * n * 4, library, name, args
+
+
 def attention_kernels(sizes, variants, target):
     """(label, FLOPs, library, function, arguments) per size and variant, each checked against
     NumPy first."""
@@ -117,9 +152,10 @@ def _attention_reference(x):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("family", choices=("dense", "attention"))
-    parser.add_argument("--sizes", required=True, help="columns (dense) or tokens (attention)")
-    parser.add_argument("--rows", type=int, default=197, help="dense: rows of the input")
+    parser.add_argument("family", choices=("dense", "attention", "layer_norm"))
+    parser.add_argument("--sizes", required=True,
+                        help="columns (dense, layer_norm) or tokens (attention)")
+    parser.add_argument("--rows", type=int, default=197, help="dense, layer_norm: rows of the input")
     parser.add_argument("--depth", type=int, default=768, help="dense: the reduction (K)")
     parser.add_argument("--variants", default="schedules.cpu.attention",
                         help="attention: modules with attention_kernel(), comma-separated")
@@ -138,6 +174,8 @@ def main() -> int:
     if args.family == "dense":
         kernels = list(dense_kernels(sizes, args.rows, target, args.depth,
                                      args.tiles.split(",")))
+    elif args.family == "layer_norm":
+        kernels = list(layer_norm_kernels(sizes, args.rows, target))
     else:
         kernels = list(attention_kernels(sizes, args.variants.split(","), target))
     device = tvm.cpu()
@@ -149,9 +187,11 @@ def main() -> int:
                      if args.cold else
                      library.time_evaluator(name, device, number=1, repeat=5, min_repeat_ms=40))
             seconds[label].append(min(timer(*call_args).results))
-    for label, flops, *_ in kernels:
-        print(f"{label:36s} {flops / min(seconds[label]) / 1e9:7.1f} GFLOP/s "
-              f"(median round {flops / statistics.median(seconds[label]) / 1e9:7.1f})")
+    unit = "GB/s" if args.family == "layer_norm" else "GFLOP/s"
+    for label, work, *_ in kernels:
+        best, median = min(seconds[label]), statistics.median(seconds[label])
+        print(f"{label:36s} {work / best / 1e9:7.1f} {unit} (median round "
+              f"{work / median / 1e9:7.1f}; {best * 1e6:.2f} us)")
     return 0
 
 
