@@ -56,8 +56,8 @@ def main() -> int:
             timer = library.time_evaluator("main", tvm.cpu(), number=200, repeat=5)
             seconds[name].append(min(timer(data).results))
     for name, times in seconds.items():
-        print(f"{name:8s} best {min(times) * 1e6:.3f} us, median {statistics.median(times) * 1e6:.3f} us "
-              f"({args.threads} threads)")
+        print(f"{name:8s} best {min(times) * 1e6:.3f} us, "
+              f"median {statistics.median(times) * 1e6:.3f} us ({args.threads} threads)")
     return 0
 
 

@@ -12,10 +12,11 @@ an ``attention_kernel(shape, cores=...)``: a copy with one change, to compare) f
 heads (12 x 64, packed QKV, no mask) at each sequence length, checks it against NumPy, and times
 it. ``layer_norm`` builds ``nn.LayerNorm(N)`` on ``[1, rows, N]`` (its weight and bias drawn
 away from 1 and 0), checks the row reduction kernel against PyTorch and times it (GB/s: the input
-read and the output written, as the shape sweep counts). Variants and sizes are timed in interleaved rounds: on this shared machine a kernel's time
-drops by a third for seconds at a time (a GEMM measured 161 GFLOP/s for eight profiles in a row,
-then 108 for the next eight, same arguments), so each figure is the fastest round, with the median
-beside it; compare only within one run.
+read and the output written, as the shape sweep counts). Variants and sizes are timed in
+interleaved rounds: on this shared machine a kernel's time drops by a third for seconds at a time
+(a GEMM measured 161 GFLOP/s for eight profiles in a row, then 108 for the next eight, same
+arguments), so each figure is the fastest round, with the median beside it; compare only within
+one run.
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ def main() -> int:
     parser.add_argument("family", choices=("dense", "attention", "layer_norm"))
     parser.add_argument("--sizes", required=True,
                         help="columns (dense, layer_norm) or tokens (attention)")
-    parser.add_argument("--rows", type=int, default=197, help="dense, layer_norm: rows of the input")
+    parser.add_argument("--rows", type=int, default=197,
+                        help="dense, layer_norm: rows of the input")
     parser.add_argument("--depth", type=int, default=768, help="dense: the reduction (K)")
     parser.add_argument("--variants", default="schedules.cpu.attention",
                         help="attention: modules with attention_kernel(), comma-separated")
