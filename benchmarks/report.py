@@ -1,0 +1,400 @@
+"""Write BENCHMARKS.md, and README.md's standings block, from ``benchmarks/results/``.
+
+    python benchmarks/report.py            # rewrite BENCHMARKS.md (and README.md's block)
+    python benchmarks/report.py --check    # exit 1 when either is not what this script makes
+
+``benchmarks/results/<machine-kind>/<name>.json`` holds the latest results of one machine kind
+(zen3, zen4, zen5, emeraldrapids, h200, ...): one JSON each, naming the machine kind, the commit
+that measured it (``commit_is``: ``measured``, or ``added`` where only the commit that added the
+file is known) and the command that reproduces it (``reproduce``). A file holds either one
+``tvmfuse bench`` report (``results``), several (``runs``: the suite), a shape sweep
+(``families``), a tuning curve (``model_s_by_trials``), per-layer times (``tvmfuse_ms``) or kernel
+counts (``inspect``). Replace a file with a newer run of the same thing; history stays in git.
+
+README.md's block between the lines ``<!-- standings:begin -->`` and ``<!-- standings:end -->``
+gets one short table per machine kind; a README.md without those lines is left alone.
+Standard library only: the check runs in CI without TVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BEGIN, END = "<!-- standings:begin -->", "<!-- standings:end -->"
+
+#: What each machine kind was, as its results' sessions recorded it (2 cores each for the CPUs).
+MACHINES = {
+    "zen3": "AMD Zen 3 (LLVM znver3, AVX2, no AVX-512), 2 cores",
+    "zen4": "AMD EPYC Genoa (Zen 4, LLVM znver4, AVX-512), 2 cores",
+    "zen5": "AMD EPYC Zen 5 (LLVM znver5, AVX-512), 2 cores",
+    "emeraldrapids": "Intel Xeon Emerald Rapids (LLVM emeraldrapids, AVX-512), 2 cores, KVM",
+    "h100": "NVIDIA H100 (sm_90), CUDA 13, PyTorch 2.11",
+    "h200": "NVIDIA H200 (sm_90), CUDA 13, PyTorch 2.11",
+}
+#: Order of the sections; kinds not listed follow, by name.
+ORDER = ["zen5", "zen4", "emeraldrapids", "zen3", "h200", "h100"]
+ENGINES = {
+    "onnxruntime": "ONNX Runtime",
+    "torch-eager": "PyTorch eager",
+    "torch-compile": "torch.compile",
+    "torch-compile-freezing": "torch.compile (freezing)",
+    "torch-compile-cudagraphs": "torch.compile + CUDA graphs",
+    "stock-tvm": "stock TVM",
+}
+#: Engines that are tvmfuse itself (the ablation without fusion is no peer).
+OURS = ("tvmfuse", "tvmfuse-unfused")
+INTRO = """
+Where tvmfuse stands today on each machine kind it was measured on. This file is written by
+`python benchmarks/report.py` from `benchmarks/results/<machine-kind>/*.json`, the latest run of
+each benchmark per machine kind (older runs are in git history): do not edit it by hand.
+
+Engines run side by side in one `tvmfuse bench` process on identical inputs, in interleaved
+rounds after warm-up runs; figures are medians in milliseconds. A ratio is tvmfuse's time over
+its fastest peer's in the same run (below 1.0x, in bold: tvmfuse is faster). Peers: ONNX Runtime,
+PyTorch eager, torch.compile (default mode, with freezing, or with CUDA graphs on the GPU) and
+stock TVM. Under each table: the machine, the commit that measured it (`measured`; `added` where
+only the commit that added the JSON is known) and the commands that reproduce it.
+"""
+DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def load(results: Path) -> dict[str, dict[str, dict]]:
+    """Every result file, by machine kind, then by file name without ``.json``."""
+    kinds: dict[str, dict[str, dict]] = {}
+    for path in sorted(results.glob("*/*.json")):
+        kinds.setdefault(path.parent.name, {})[path.stem] = json.loads(path.read_text())
+    return kinds
+
+
+def kind_order(kind: str) -> tuple:
+    return (ORDER.index(kind) if kind in ORDER else len(ORDER), kind)
+
+
+def model_name(report: dict) -> str:
+    """``benchmarks/suite/models.py:llama_decode`` -> ``llama-decode``; zoo names as they are."""
+    return report["model"].rpartition(":")[2].replace("_", "-").replace("mobilenet-v2",
+                                                                         "mobilenet_v2")
+
+
+def engines(report: dict) -> dict[str, dict]:
+    return {r["engine"]: r for r in report["results"] if r.get("median_ms") is not None}
+
+
+def best_peer(report: dict) -> tuple[str, float] | None:
+    peers = [(e, r["median_ms"]) for e, r in engines(report).items() if e not in OURS]
+    return min(peers, key=lambda p: p[1]) if peers else None
+
+
+def ms(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if value >= 0.995 else f"{value:.3f}"
+
+
+def ratio(ours: float | None, peer: float | None, bold_under: float = 1.0) -> str:
+    if ours is None or not peer:
+        return "-"
+    text = f"{ours / peer:.2f}x"
+    return f"**{text}**" if ours / peer < bold_under else text
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def provenance(kind: str, files: list[dict]) -> list[str]:
+    """The line under every table: machine, commit(s), and the command(s) that reproduce it."""
+    commits = sorted({f"{f['commit']} ({f['commit_is']})" for f in files})
+    commands = list(dict.fromkeys(f["reproduce"] for f in files))
+    return [f"Measured on {MACHINES.get(kind, kind)} (`{kind}`) at {', '.join(commits)}; "
+            "reproduce:", "", *(f"- `{c}`" for c in commands), ""]
+
+
+def table(header: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
+    align = ["---" if i < right_from else "---:" for i in range(len(header))]
+    return ["| " + " | ".join(row) + " |" for row in [header, align, *rows]]
+
+
+def peers_of(reports: list[dict]) -> list[str]:
+    seen: dict[str, None] = {}
+    for report in reports:
+        for engine in engines(report):
+            if engine not in OURS:
+                seen[engine] = None
+    return sorted(seen, key=lambda e: list(ENGINES).index(e) if e in ENGINES else 99)
+
+
+def bench_table(reports: list[dict], first: str, label) -> list[str]:
+    """One row per bench report: tvmfuse, every peer measured, tvmfuse over its best peer."""
+    peers = peers_of(reports)
+    header = [first, "kernels", "tvmfuse ms", *(f"{ENGINES.get(p, p)} ms" for p in peers),
+              "vs best peer"]
+    rows = []
+    for report in reports:
+        by = engines(report)
+        ours = by.get("tvmfuse", {})
+        best = best_peer(report)
+        rows.append([label(report), str(ours.get("kernels", "-")), ms(ours.get("median_ms")),
+                     *(ms(by[p]["median_ms"]) if p in by else "-" for p in peers),
+                     ratio(ours.get("median_ms"), best[1] if best else None)])
+    return table(header, rows, right_from=1)
+
+
+def is_bench(data: dict) -> bool:
+    return "results" in data and "model" in data
+
+
+def zoo_files(files: dict[str, dict]) -> list[dict]:
+    return [d for n, d in sorted(files.items()) if is_bench(d)]
+
+
+def zoo_label(report: dict) -> str:
+    text = f"{model_name(report)}, {DTYPES.get(report['dtype'], report['dtype'])}"
+    return text + (f", b{report['batch']}" if report.get("batch", 1) != 1 else "")
+
+
+def cpu_section(kind: str, files: dict[str, dict]) -> list[str]:
+    out = [f"## {MACHINES.get(kind, kind)} (`{kind}`)", ""]
+    zoo = zoo_files(files)
+    if zoo:
+        out += ["**The zoo** (`tvmfuse bench`, batch 1, medians, milliseconds):", ""]
+        out += bench_table(zoo, "model", zoo_label) + [""] + provenance(kind, zoo)
+    for name, title in (("suite", "**The suite** (14 `transformers` architectures, fp32, "
+                                  "batch 1, untuned, medians of 10):"),
+                        ("unseen", "**Architectures never tuned for** (fp32, batch 1, untuned):")):
+        if name in files:
+            runs = files[name]["runs"]
+            ratios = [engines(r)["tvmfuse"]["median_ms"] / best_peer(r)[1] for r in runs
+                      if "tvmfuse" in engines(r) and best_peer(r)]
+            out += [title, ""] + bench_table(runs, "model", model_name) + [""]
+            out += [f"Geometric mean of tvmfuse over its best peer: {geomean(ratios):.2f}x "
+                    f"({sum(r < 1 for r in ratios)} of {len(ratios)} faster).", ""]
+            out += provenance(kind, [files[name]])
+    if "dynamic-seq" in files:
+        out += dynamic_table(kind, files["dynamic-seq"])
+    if "shape-sweep" in files:
+        out += sweep_table(kind, files["shape-sweep"])
+    for name, data in sorted(files.items()):
+        if "model_s_by_trials" in data:
+            out += tuning_table(kind, data)
+        if "tvmfuse_in_place_ms" in data:
+            out += per_layer_table(kind, data)
+        if "inspect" in data:
+            out += inspect_table(kind, data)
+    unfused = [d for d in zoo if "tvmfuse-unfused" in engines(d)]
+    if unfused:
+        out += kernels_table(kind, unfused)
+    return out
+
+
+def dynamic_table(kind: str, data: dict) -> list[str]:
+    """One ``--dynamic seq`` build against a build per length (tvmfuse bench per length)."""
+    by_length: dict[int, dict[bool, dict]] = {}
+    for run in data["runs"]:
+        words = run["command"].split()
+        shape = words[words.index("--input-shape") + 1]
+        length = int(shape.split(",")[1].split(":")[0])
+        by_length.setdefault(length, {})["--dynamic" in words] = engines(run)
+    rows = []
+    for length, pair in sorted(by_length.items()):
+        static, dyn = pair.get(False, {}), pair.get(True, {})
+        st, dy = static.get("tvmfuse", {}), dyn.get("tvmfuse", {})
+        ort = dyn.get("onnxruntime", {}).get("median_ms")
+        rows.append([str(length), f"{ms(st.get('median_ms'))} ({st.get('kernels', '-')})",
+                     f"{ms(dy.get('median_ms'))} ({dy.get('kernels', '-')})",
+                     ratio(dy.get("median_ms"), st.get("median_ms"), 0),
+                     ms(ort), ratio(dy.get("median_ms"), ort)])
+    model = model_name(data["runs"][0])
+    out = [f"**One `--dynamic seq` build of {model}** against a build per length (fp32, "
+           "batch 1, untuned):", ""]
+    out += table(["seq", "static build ms (kernels)", "dynamic build ms (kernels)",
+                  "dynamic / static", "ONNX Runtime ms", "dynamic vs ORT"], rows)
+    return out + [""] + provenance(kind, [data])
+
+
+def sweep_table(kind: str, data: dict) -> list[str]:
+    """Per family: tvmfuse over ONNX Runtime (median over the points, worst point), and the
+    worst point's rate against the family's best (the schedules' awkward sizes)."""
+    rows = []
+    for family, fam in data["families"].items():
+        points = fam["points"]
+        pairs = [(p["tvmfuse_ms"] / p["onnxruntime_ms"], p["point"]) for p in points
+                 if p.get("tvmfuse_ms") and p.get("onnxruntime_ms")]
+        rates = [(p["tvmfuse_rate"], p["point"]) for p in points if p.get("tvmfuse_rate")]
+        med = sorted(r for r, _ in pairs)[len(pairs) // 2] if pairs else None
+        worst = max(pairs) if pairs else None
+        low = min(rates) if rates else None
+        rows.append([family, str(len(points)), f"{med:.2f}x" if med else "-",
+                     f"{worst[0]:.2f}x ({worst[1]})" if worst else "-",
+                     f"{low[0] / max(rates)[0]:.0%} ({low[1]})" if low else "-"])
+    out = ["**The shape sweep** (one small model per point, tvmfuse against ONNX Runtime; "
+           "rates in GFLOP/s, GB/s for LayerNorm):", ""]
+    out += table(["family", "points", "median tvmfuse / ORT", "worst point / ORT",
+                  "slowest rate / best rate"], rows, right_from=1)
+    return out + [""] + provenance(kind, [data])
+
+
+def tuning_table(kind: str, data: dict) -> list[str]:
+    rows = []
+    for mode, curve in data["model_s_by_trials"].items():
+        rows.append([mode, ms(curve[0] * 1e3), ms(curve[-1] * 1e3),
+                     str(data["reaches_90pct_of_final_at"].get(mode, "-"))])
+    out = [f"**Tuning curve** ({data['model']}, the top {len(data['kernels'])} kernels, "
+           f"{data['trials_per_kernel']} trials each; model time as the kernels are tuned):", ""]
+    out += table(["start", "model ms at trial 0", f"at trial {data['trials_per_kernel']}",
+                  "reaches 90% of final at trial"], rows)
+    return out + [""] + provenance(kind, [data])
+
+
+def per_layer_table(kind: str, data: dict) -> list[str]:
+    row = [data["model"], ms(data["tvmfuse_ms"]), ms(data["tvmfuse_in_place_ms"]),
+           ms(data["onnxruntime_ms"])]
+    out = [f"**Per-layer times** ({data['model']}; every kernel timed alone, summed):", ""]
+    out += table(["model", "tvmfuse kernels alone ms", "kernels in place ms",
+                  "ONNX Runtime ms"], [row])
+    return out + [""] + provenance(kind, [data])
+
+
+def inspect_table(kind: str, data: dict) -> list[str]:
+    rows = []
+    for model, counts in data["inspect"].items():
+        rows.append([model, *(str(counts[k]) for k in ("unfused", "stock", "tvmfuse")),
+                     *(f"{counts[k + '_mb']:.1f}" for k in ("unfused", "stock", "tvmfuse"))])
+    out = ["**Kernels and bytes moved** (`tvmfuse inspect`: every op its own kernel, TVM's "
+           "stock FuseOps, tvmfuse; bytes = each kernel's inputs read and outputs written once):",
+           ""]
+    out += table(["model", "unfused kernels", "stock FuseOps", "tvmfuse", "unfused MB",
+                  "stock MB", "tvmfuse MB"], rows)
+    return out + [""] + provenance(kind, [data])
+
+
+def kernels_table(kind: str, reports: list[dict]) -> list[str]:
+    rows = []
+    for report in reports:
+        by = {r["engine"]: r for r in report["results"]}
+        rows.append([zoo_label(report),
+                     *(str(by.get(e, {}).get("kernels") or "-")
+                       for e in ("tvmfuse", "tvmfuse-unfused", "stock-tvm")),
+                     ms(by.get("tvmfuse", {}).get("median_ms")),
+                     ms(by.get("tvmfuse-unfused", {}).get("median_ms"))])
+    out = ["**Kernel counts** (the bench's builds: tvmfuse, tvmfuse's pipeline with its fusion "
+           "rules off, stock TVM):", ""]
+    out += table(["model", "tvmfuse kernels", "unfused kernels", "stock TVM kernels",
+                  "tvmfuse ms", "unfused ms"], rows)
+    return out + [""] + provenance(kind, reports)
+
+
+def gpu_section(kind: str, files: dict[str, dict]) -> list[str]:
+    precision = ["float16", "bfloat16", "float32"]
+    reports = sorted(zoo_files(files), key=lambda d: (precision.index(d["dtype"]),
+                                                      model_name(d), d["batch"]))
+    out = [f"## {MACHINES.get(kind, kind)} (`{kind}`)", "",
+           "**Whole models on the GPU** (`tvmfuse bench --target cuda-sm90 --no-db`, CUDA events, "
+           "medians; fp32 is strict, TF32 off):", ""]
+    out += bench_table(reports, "model, precision, batch", zoo_label) + [""]
+    return out + provenance(kind, reports)
+
+
+def is_gpu(files: dict[str, dict]) -> bool:
+    return any(str(d.get("target", "")).startswith("cuda") for d in files.values())
+
+
+def benchmarks_md(kinds: dict[str, dict[str, dict]]) -> str:
+    out = ["# Benchmarks", "", *INTRO.strip("\n").split("\n"), ""]
+    for kind in sorted(kinds, key=kind_order):
+        files = kinds[kind]
+        out += gpu_section(kind, files) if is_gpu(files) else cpu_section(kind, files)
+    while out[-1] == "":
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def standings(kinds: dict[str, dict[str, dict]]) -> str:
+    """README's block: per machine kind, tvmfuse against its best peer on the headline models."""
+    out = [BEGIN, "", "Written by `python benchmarks/report.py` from `benchmarks/results/`; "
+           "details in [BENCHMARKS.md](BENCHMARKS.md).", ""]
+    for kind in sorted(kinds, key=kind_order):
+        files = kinds[kind]
+        rows = []
+        for report in zoo_files(files):
+            best = best_peer(report)
+            ours = engines(report).get("tvmfuse")
+            if report.get("dtype") == "float32" or is_gpu(files):
+                if best and ours and (not is_gpu(files) or report["dtype"] != "float32"):
+                    rows.append([zoo_label(report), ms(ours["median_ms"]),
+                                 ENGINES.get(best[0], best[0]), ms(best[1]),
+                                 ratio(ours["median_ms"], best[1])])
+        for name, label in (("suite", "the suite (14 models), geomean"),
+                            ("unseen", "8 unseen architectures, geomean")):
+            if name in files:
+                runs = [r for r in files[name]["runs"] if "tvmfuse" in engines(r) and
+                        best_peer(r)]
+                ratios = [engines(r)["tvmfuse"]["median_ms"] / best_peer(r)[1] for r in runs]
+                text = f"{geomean(ratios):.2f}x"
+                rows.append([label, "-", "best of " + ", ".join(ENGINES.get(p, p) for p in
+                                                               peers_of(runs)), "-",
+                             f"**{text}**" if geomean(ratios) < 1 else text])
+        if rows:
+            out += [f"**{MACHINES.get(kind, kind)}**", ""]
+            out += table(["model", "tvmfuse ms", "best peer", "peer ms", "ratio"], rows) + [""]
+    return "\n".join(out + [END])
+
+
+def with_standings(readme: str, block: str) -> str | None:
+    """README.md's text with its standings block replaced; None when it has no markers."""
+    lines = readme.split("\n")
+    if BEGIN not in lines or END not in lines:
+        return None
+    start, end = lines.index(BEGIN), lines.index(END)
+    if end < start:
+        return None
+    return "\n".join(lines[:start] + block.split("\n") + lines[end + 1:])
+
+
+def summary(path: Path, want: str, have: str) -> str:
+    diff = [d for d in difflib.unified_diff(have.splitlines(), want.splitlines(), lineterm="",
+                                            n=0) if d[:1] in "+-" and d[:3] not in ("+++", "---")]
+    first = next((d for d in difflib.unified_diff(have.splitlines(), want.splitlines(),
+                                                  lineterm="", n=0) if d.startswith("@@")), "")
+    return (f"{path.name} is not what benchmarks/report.py makes of benchmarks/results/ "
+            f"({len(diff)} lines differ, first hunk {first.strip('@ ')}): run "
+            f"`python benchmarks/report.py` and commit the result")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 when a file differs from what it would be")
+    parser.add_argument("--results", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
+    parser.add_argument("--readme", type=Path, default=REPO / "README.md",
+                        help="README to fill between the standings markers, if it has them")
+    args = parser.parse_args(argv)
+    kinds = load(args.results)
+    wanted = {args.out: benchmarks_md(kinds)}
+    if args.readme.exists():
+        readme = with_standings(args.readme.read_text(), standings(kinds))
+        if readme is not None:
+            wanted[args.readme] = readme
+    stale = 0
+    for path, want in wanted.items():
+        have = path.read_text() if path.exists() else ""
+        if have == want:
+            continue
+        if args.check:
+            print(summary(path, want, have))
+            stale += 1
+        else:
+            path.write_text(want)
+            print(f"wrote {path}")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
