@@ -6,7 +6,7 @@ at ResNet-50's conv shapes at batch 32 and at sizes no tile divides. Each kernel
 float32 PyTorch.
 
     python3 benchmarks/cuda_conv.py [--shapes N,H,W,C,O,window,stride;...] [--engines mma,wgmma]
-        [--residual] [--json benchmarks/cuda-conv.json]
+        [--residual] --json OUT.json
 
 An engine is ``mma`` (the tile :func:`choose_tile` picks), ``wgmma`` (the tile
 :func:`choose_wgmma_tile` picks) or ``wg<block_n>x<stages>[x<consumers>x<blocks an SM>]`` (a
@@ -91,8 +91,8 @@ def main() -> int:
     parser.add_argument("--residual", action="store_true",
                         help="add a residual of the output's size before the ReLU (ResNet's "
                              "block ends; cuDNN then runs the add as a second kernel)")
-    parser.add_argument("--json", type=Path,
-                        default=Path(__file__).resolve().parent / "cuda-conv.json")
+    parser.add_argument("--json", type=Path, required=True,
+                        help="where to write the table (benchmarks/gpu.sh conv: $OUT)")
     args = parser.parse_args()
     import torch  # noqa: PLC0415 - on the GPU host
     from triton.testing import do_bench  # noqa: PLC0415

@@ -3,7 +3,7 @@ against dlight's default for the same kernel and ``torch.matmul``, at 4096^3 and
 and ResNet-50's GEMM shapes (and sizes no tile divides). Each kernel is ``out = fp16(A @ B +
 bias)``, fp16 operands, float32 accumulation; every result is checked against float32 NumPy.
 
-    python3 benchmarks/cuda_gemm.py [--shapes M,N,K;...] [--json benchmarks/cuda-gemm.json]
+    python3 benchmarks/cuda_gemm.py [--shapes M,N,K;...] --json OUT.json
     python3 benchmarks/cuda_gemm.py --tiles auto,2x4x4x4x4x3,... --no-dlight   # a tile sweep
     python3 benchmarks/cuda_gemm.py --tiles auto,wgmma,wg128x6                 # with wgmma
     python3 benchmarks/cuda_gemm.py --tiles auto,mk,mk2x2x64x64x3              # hand-written mma
@@ -160,8 +160,8 @@ def main() -> int:
     parser.add_argument("--no-dlight", action="store_true", help="skip dlight's schedule")
     parser.add_argument("--weight-nk", action="store_true",
                         help="B stored [N, K], as a linear layer's weight (default [K, N])")
-    parser.add_argument("--json", type=Path,
-                        default=Path(__file__).resolve().parent / "cuda-gemm.json")
+    parser.add_argument("--json", type=Path, required=True,
+                        help="where to write the table (benchmarks/gpu.sh gemm: $OUT)")
     args = parser.parse_args()
     import torch  # noqa: PLC0415 - on the GPU host
     from triton.testing import do_bench  # noqa: PLC0415

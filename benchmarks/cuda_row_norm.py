@@ -5,7 +5,7 @@ with the bias + residual epilogue, then the warp-per-row LayerNorm kernel
 ``LayerNorm(x @ W + b + h)``: float32 sums, the row element in fp16; N = 768.
 
     python3 benchmarks/cuda_row_norm.py [--rows 2048,3584,4096] [--depths 768,3072]
-        [--tiles auto,192x3x1x2] [--json benchmarks/h200/cuda-row-norm.json]
+        [--tiles auto,192x3x1x2] --json OUT.json
 
 A tile is ``block_n x stages x consumers x blocks_per_sm`` (:class:`WgmmaTile`), ``auto`` the
 one :func:`choose_wgmma_tile` picks; each tile is timed fused and as the unfused GEMM. Row
@@ -130,7 +130,8 @@ def main() -> int:
     parser.add_argument("--rows", default="2048,3584,4096")
     parser.add_argument("--depths", default="768,3072", help="K of the GEMMs")
     parser.add_argument("--tiles", default="auto,192x3x1x2")
-    parser.add_argument("--json", type=Path, default=Path("cuda-row-norm.json"))
+    parser.add_argument("--json", type=Path, required=True,
+                        help="where to write the table (benchmarks/gpu.sh row-norm: $OUT)")
     args = parser.parse_args()
     dev = tvm.cuda(0)
     results = []

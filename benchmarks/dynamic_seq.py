@@ -1,11 +1,12 @@
 """One ``--dynamic seq`` build against a build per length: DistilBERT (full size, fp32, batch 1,
 untuned) built once with ``--dynamic seq --max-seq 512`` and once per length with that length
 fixed, each timed by ``tvmfuse bench`` next to ONNX Runtime (exported at that length) in one run
-per length and build. The JSON of each run goes to ``benchmarks/dynamic/results/``; the table for
-BENCHMARKS.md is printed at the end.
+per length and build. Every run's report goes into one JSON (``runs``), the file
+``benchmarks/report.py`` reads once the machine, commit and command are added to it; the table is
+printed at the end.
 
-    .venv/bin/python benchmarks/dynamic/run.py [--model SOURCE] [--lengths 50,128,384]
-                                               [--max-seq 512] [--repeat N]
+    python benchmarks/dynamic_seq.py [--model SOURCE] [--lengths 50,128,384] [--max-seq 512]
+                                     [--repeat N] --json benchmarks/results/KIND/dynamic-seq.json
 
 What it shows: what a symbolic length costs (kernels scheduled without knowing it: padded rows,
 a fixed query tile, the mask built per call) against kernels fitted to each length.
@@ -18,16 +19,15 @@ import json
 import platform
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
-RESULTS = HERE / "results"
+REPO = Path(__file__).resolve().parent.parent
 
 
-def bench(model: str, length: int, dynamic: bool, max_seq: int, repeat: int) -> dict:
+def bench(model: str, length: int, dynamic: bool, max_seq: int, repeat: int, work: Path) -> dict:
     name = f"{model.rpartition(':')[2]}-{length}-{'dynamic' if dynamic else 'static'}"
-    out = RESULTS / f"{name}.json"
+    out = work / f"{name}.json"
     command = [sys.executable, "-m", "tvmfuse", "bench", model, "--no-db",
                "--engines", "tvmfuse,onnxruntime", "--repeat", str(repeat), "--json", str(out),
                "--input-shape", f"1,{length}:int64", "--input-shape", f"1,{length}:int64"]
@@ -45,17 +45,19 @@ def main() -> int:
     parser.add_argument("--lengths", default="50,128,384")
     parser.add_argument("--max-seq", type=int, default=512)
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--json", type=Path, required=True, help="where to write every run")
     args = parser.parse_args()
-    RESULTS.mkdir(exist_ok=True)
-    rows = []
+    work = Path(tempfile.mkdtemp(prefix="dynamic-seq-"))
+    rows, runs = [], []
     for length in (int(n) for n in args.lengths.split(",")):
         times = {}
         for dynamic in (False, True):
             print(f"benching seq {length}, {'dynamic' if dynamic else 'static'} ...", flush=True)
-            report = bench(args.model, length, dynamic, args.max_seq, args.repeat)
+            report = bench(args.model, length, dynamic, args.max_seq, args.repeat, work)
             if "error" in report:
                 print(f"  failed: {report['error']}", flush=True)
                 continue
+            runs.append(report)
             by = {r["engine"]: r for r in report["results"]}
             times[dynamic] = (by["tvmfuse"]["median_ms"], by["tvmfuse"]["kernels"],
                               by.get("onnxruntime", {}).get("median_ms"))
@@ -76,6 +78,7 @@ def main() -> int:
           "| ONNX Runtime ms | dynamic vs ORT |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: |")
     print("\n".join(rows))
+    args.json.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
     return 0
 
 

@@ -5,7 +5,7 @@ two-iteration ``T.parallel`` loop, beside the same loop serial (both compiled fo
 
 A 197 x 77 LayerNorm's whole budget under #18's sweep line is 1.6-1.8 us on 2 Zen 4 cores (70%
 of the family's best, which moves between runs); this is the part of it a second thread costs
-first (0.83 us there, session 36). Times are ``time_evaluator``'s (200 calls a repeat),
+first (0.83 us there). Times are ``time_evaluator``'s (200 calls a repeat),
 best and median of 7 alternating rounds.
 """
 

@@ -3,8 +3,8 @@ shapes: one small PyTorch module per point (a linear layer, an attention layer, 
 depthwise conv, a LayerNorm), built by tvmfuse untuned (``use_database=False``) and timed with
 ONNX Runtime in interleaved rounds by ``tvmfuse.bench`` (wall clock, medians).
 
-    .venv/bin/python benchmarks/shape_sweep.py [--families dense,attention,...] [--repeat N] [--sizes 77,197]
-                                               [--json benchmarks/shape-sweep.json]
+    python benchmarks/shape_sweep.py [--families dense,attention,...] [--repeat N]
+                                     [--sizes 77,197] --json benchmarks/results/KIND/shape-sweep.json
 
 ``--sizes`` measures only those points again and puts them in place of the same points of the
 JSON, the summaries recomputed over the whole family.
@@ -124,8 +124,8 @@ def _schedule_rate(family, size, model, target, options, report, nbytes) -> dict
         mine, work = [t for t in times if t["implementation"] == "cpu.row_reduction"], nbytes
     elif family in ("conv", "depthwise"):  # NHWC in and out: every kernel is the conv's (a
         # padded input's copy too: a depthwise conv over 197 channels copies it apart, one over
-        # 96 reads through the padding; before session 31 the copy was left out, and 197
-        # channels ran at 138 GFLOP/s "alone", the family's best)
+        # 96 reads through the padding; without the copy, 197 channels would look like the
+        # family's best)
         mine, work = times, report.flops
     else:
         mine = [t for t in times if t["flops"] or t["implementation"] != "cpu.elementwise"]
@@ -143,7 +143,9 @@ def main() -> int:
     parser.add_argument("--sizes", help="only these swept sizes (comma-separated): their points "
                                         "replace the same points in the JSON (a point measured "
                                         "in a slow period, measured again)")
-    parser.add_argument("--json", type=Path, default=Path(__file__).parent / "shape-sweep.json")
+    parser.add_argument("--json", type=Path, required=True,
+                        help="benchmarks/results/<machine-kind>/shape-sweep.json (with --sizes: "
+                             "the file whose points are replaced)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     target = get_target()

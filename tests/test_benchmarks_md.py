@@ -1,0 +1,55 @@
+"""BENCHMARKS.md is what ``benchmarks/report.py`` makes of ``benchmarks/results/``, and every
+table in it names the machine, the commit and the command behind its numbers. The script runs as
+a subprocess (tests import nothing from benchmarks/)."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+REPORT = REPO / "benchmarks" / "report.py"
+BEGIN, END = "<!-- standings:begin -->", "<!-- standings:end -->"
+
+
+def report(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPORT), *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_benchmarks_md_is_what_report_py_makes():
+    done = report("--check")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_table_names_machine_commit_and_command():
+    lines = (REPO / "BENCHMARKS.md").read_text().splitlines()
+    tables = 0
+    for i, line in enumerate(lines):
+        if not line.startswith("|") or (i + 1 < len(lines) and lines[i + 1].startswith("|")):
+            continue
+        tables += 1  # the table's last row: its provenance follows after one blank line
+        source = lines[i + 2] if i + 2 < len(lines) else ""
+        assert re.match(r"Measured on .+ \(`[a-z0-9]+`\) at [0-9a-f]{7,40} \((measured|added)\)"
+                        r".*; reproduce:$", source), (i + 1, source)
+        assert lines[i + 4].startswith("- `") and lines[i + 4].endswith("`"), (i + 5, lines[i + 4])
+    assert tables >= 5
+
+
+def test_check_fails_on_a_stale_file_and_fills_the_readme_block(tmp_path):
+    out, readme = tmp_path / "BENCHMARKS.md", tmp_path / "README.md"
+    readme.write_text(f"# tvmfuse\n\n{BEGIN}\nold\n{END}\n\nmore\n")
+    assert report("--out", str(out), "--readme", str(readme)).returncode == 0
+    text = readme.read_text()
+    assert text.startswith(f"# tvmfuse\n\n{BEGIN}\n") and text.endswith(f"{END}\n\nmore\n")
+    assert "old" not in text and "| model | tvmfuse ms | best peer |" in text
+    assert report("--check", "--out", str(out), "--readme", str(readme)).returncode == 0
+
+    readme.write_text(text.replace("| model | tvmfuse ms", "| model | ours ms", 1))
+    done = report("--check", "--out", str(out), "--readme", str(readme))
+    assert done.returncode == 1 and done.stdout.count("\n") == 1, done.stdout
+    assert "README.md is not what benchmarks/report.py makes" in done.stdout
+
+    out.write_text(out.read_text() + "a hand edit\n")
+    done = report("--check", "--out", str(out), "--readme", str(tmp_path / "none.md"))
+    assert done.returncode == 1 and "BENCHMARKS.md" in done.stdout, done.stdout
