@@ -48,8 +48,8 @@ demo: $(STAMP)
 test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
-# the long fault-injection runs (tuning jobs killed at many points), whose results RELIABILITY.md
-# records
+# the long fault-injection runs (tuning jobs killed at many points), whose results
+# docs/reliability.md records
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m slow -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 

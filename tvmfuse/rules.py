@@ -23,7 +23,7 @@ FUSION, STRATEGY, FUSE_OPS = "fusion", "strategy", "fuse_ops"
 @dataclass(frozen=True)
 class RuleInfo:
     """One rule as the registry declares it: its name in the rules file, its kind, and what it
-    does (the README's table of rules is this registry: a test keeps it so)."""
+    does (docs/fusion-rules.md's table of rules is this registry: a test keeps it so)."""
 
     name: str
     kind: str
@@ -91,7 +91,7 @@ class Rule:
 
 
 def markdown_table() -> str:
-    """The registry as the README's table of rules."""
+    """The registry as docs/fusion-rules.md's table of rules."""
     rows = ["| rule | kind | what it does |", "| --- | --- | --- |"]
     rows += [f"| `{r.name}` | {r.kind} | {r.does} |" for r in REGISTRY]
     return "\n".join(rows) + "\n"
