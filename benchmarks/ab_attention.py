@@ -1,7 +1,7 @@
 """Time one model built with different CPU attention kernels, alternately in one process.
 
     git show 3f4bb6d~1:schedules/cpu/attention.py > /tmp/attention_before.py
-    PYTHONPATH=/tmp python benchmarks/ab_attention.py benchmarks/suite/models.py:whisper_encoder \
+    PYTHONPATH=/tmp python benchmarks/ab_attention.py whisper-encoder \
         15 attention_before -
 
 Each argument after the rounds is a module with an ``attention_kernel(shape, lanes=...,
