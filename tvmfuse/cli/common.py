@@ -25,7 +25,8 @@ class _ListZoo(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        parser.exit(0, zoo.listing() + "\n")
+        print(zoo.listing())
+        parser.exit()
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
