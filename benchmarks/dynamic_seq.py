@@ -41,7 +41,7 @@ def bench(model: str, length: int, dynamic: bool, max_seq: int, repeat: int, wor
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="benchmarks/suite/models.py:distilbert")
+    parser.add_argument("--model", default="distilbert")
     parser.add_argument("--lengths", default="50,128,384")
     parser.add_argument("--max-seq", type=int, default=512)
     parser.add_argument("--repeat", type=int, default=10)

@@ -11,7 +11,7 @@ import torch
 from tvmfuse import TvmfuseError, api
 from tvmfuse.verify import verify
 
-from conftest import HOST, REPO
+from conftest import HOST
 
 TARGET = api.get_target(HOST)
 
@@ -19,15 +19,7 @@ TARGET = api.get_target(HOST)
 @pytest.fixture(scope="module")
 def distilbert(tmp_path_factory):
     """DistilBERT (small config) with a symbolic batch and sequence, up to 64 tokens."""
-    import os
-
-    cwd = os.getcwd()
-    os.chdir(REPO)
-    try:
-        model = api.import_model("benchmarks/suite/models.py:distilbert_small",
-                                 dynamic=["batch", "seq"], max_seq=64)
-    finally:
-        os.chdir(cwd)
+    model = api.import_model("tiny-distilbert", dynamic=["batch", "seq"], max_seq=64)
     compiled = api.compile_model(model, TARGET, api.BuildOptions(use_database=False))
     return model, compiled, api.load(api.build(compiled, tmp_path_factory.mktemp("d") / "out"))
 

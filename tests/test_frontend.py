@@ -9,7 +9,7 @@ from tvmfuse import TvmfuseError, zoo
 from tvmfuse.frontend import import_model
 from tvmfuse.specs import TensorSpec, parse_shape, random_inputs
 
-from conftest import HOST, REPO
+from conftest import HOST
 
 
 def test_parse_shape():
@@ -77,10 +77,8 @@ def test_unknown_dynamic_dim_is_an_error():
         import_model("tiny-resnet", dynamic=["time"])
 
 
-def test_dynamic_seq_is_axis_1_of_the_token_inputs_bounded_by_max_seq(monkeypatch):
-    monkeypatch.chdir(REPO)
-    model = import_model("benchmarks/suite/models.py:distilbert_small", dynamic=["seq"],
-                         max_seq=96)
+def test_dynamic_seq_is_axis_1_of_the_token_inputs_bounded_by_max_seq():
+    model = import_model("tiny-distilbert", dynamic=["seq"], max_seq=96)
     assert [s.shape for s in model.inputs] == [(1, "seq"), (1, "seq")]
     assert model.outputs[0].shape == (1, "seq", 64)
     main = model.mod["main"]
@@ -94,15 +92,12 @@ def test_dynamic_seq_is_axis_1_of_the_token_inputs_bounded_by_max_seq(monkeypatc
 
 
 @pytest.mark.parametrize(("source", "options", "message"), [
-    ("benchmarks/suite/models.py:t5_small", {"max_seq": 96},
-     r"differ on axis 1 \(input_ids 61, decoder_input_ids 13\)"),
-    ("benchmarks/suite/models.py:vit_small", {"max_seq": 96}, "has no token inputs"),
-    ("benchmarks/suite/models.py:distilbert_small", {"max_seq": 32},
-     "the example length 50 is not within 2..32"),
-    ("benchmarks/suite/models.py:distilbert_small", {}, "needs --max-seq N"),
+    ("tiny-t5", {"max_seq": 96}, r"differ on axis 1 \(input_ids 61, decoder_input_ids 13\)"),
+    ("tiny-vit", {"max_seq": 96}, "has no token inputs"),
+    ("tiny-distilbert", {"max_seq": 32}, "the example length 50 is not within 2..32"),
+    ("tiny-distilbert", {}, "needs --max-seq N"),
 ])
-def test_dynamic_seq_errors_name_what_to_change(source, options, message, monkeypatch):
-    monkeypatch.chdir(REPO)
+def test_dynamic_seq_errors_name_what_to_change(source, options, message):
     with pytest.raises(TvmfuseError, match=message):
         import_model(source, dynamic=["seq"], **options)
 

@@ -74,10 +74,3 @@ def test_the_registry_is_the_docs_table_and_the_shipped_file():
     shipped = tomllib.loads(resources.files("tvmfuse").joinpath("fusion_rules.toml").read_text())
     assert tuple(shipped["default"]) == rules.RULES
     assert set(rules.FUSION_RULES) < set(rules.RULES)
-
-
-def test_the_cli_knows_the_zoo_without_importing_it():
-    from tvmfuse import zoo
-    from tvmfuse.cli.common import ZOO
-
-    assert ZOO == tuple(zoo.registry())

@@ -1,11 +1,9 @@
-"""The model suite (benchmarks/suite/models.py): real `transformers` architectures, none of them
-fitted for, imported as a user brings them (a ``file.py:factory``, transformers' default
-attention), built, verified against PyTorch on inputs that exercise them, each attention layer
-one kernel. Small configs here; the full sizes are the slow tests and BENCHMARKS.md's table."""
+"""The zoo's suite (tvmfuse/zoo/suite.py): real `transformers` architectures, none of them
+fitted for, imported as a user brings them (transformers' default attention), built, verified
+against PyTorch on inputs that exercise them, each attention layer one kernel. Small configs
+(``tiny-<name>``) here; the full sizes are the slow tests and BENCHMARKS.md's table."""
 
 from __future__ import annotations
-
-import sys
 
 import numpy as np
 import pytest
@@ -14,13 +12,10 @@ import tvm
 from tvmfuse import api
 from tvmfuse.bench.session import bench
 from tvmfuse.verify import TOLERANCE, verify
+from tvmfuse.zoo import SUITE
 
-from conftest import HOST, REPO
+from conftest import HOST
 
-sys.path.insert(0, str(REPO / "benchmarks" / "suite"))
-from models import ARCHITECTURES  # noqa: E402
-
-SUITE = "benchmarks/suite/models.py"
 TARGET = api.get_target(HOST)
 #: Architectures without attention layers.
 CONVNETS = {"regnet", "efficientnet", "convnext"}
@@ -40,24 +35,22 @@ def _check(source: str, tmp_path):
     return compiled
 
 
-@pytest.mark.parametrize("name", list(ARCHITECTURES))
-def test_small_config_builds_verifies_and_fuses_attention(name, tmp_path, monkeypatch):
-    monkeypatch.chdir(REPO)
-    compiled = _check(f"{SUITE}:{name}_small", tmp_path)
+@pytest.mark.parametrize("name", list(SUITE))
+def test_small_config_builds_verifies_and_fuses_attention(name, tmp_path):
+    compiled = _check(f"tiny-{name}", tmp_path)
     rules = {g.rule for g in compiled.analysis.groups}
     if name not in CONVNETS:
         assert "tvmfuse.fused_attention" in rules, f"{name}: attention not fused"
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_llama_in_half_precision_fuses_attention_and_beats_pytorch(dtype, tmp_path, monkeypatch):
+def test_llama_in_half_precision_fuses_attention_and_beats_pytorch(dtype, tmp_path):
     """Llama's Q and K leave the rotary embedding in float32 (ToMixedPrecision keeps the
     products with float32 cos and sin there, casting them only for the matmul), its V in the
     narrow type: each attention layer is still one kernel (it was 6 kernels a layer, and
     PyTorch's error beat ours on the H200), and no less accurate than PyTorch in that
     precision."""
-    monkeypatch.chdir(REPO)
-    model = api.import_model(f"{SUITE}:llama_prefill_small")
+    model = api.import_model("tiny-llama-prefill")
     compiled = api.compile_model(model, TARGET, api.BuildOptions(use_database=False,
                                                                  dtype=dtype))
     attention = [g for g in compiled.analysis.groups if g.rule == "tvmfuse.fused_attention"]
@@ -67,23 +60,21 @@ def test_llama_in_half_precision_fuses_attention_and_beats_pytorch(dtype, tmp_pa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(ARCHITECTURES))
-def test_full_size_builds_and_verifies(name, tmp_path, monkeypatch):
-    monkeypatch.chdir(REPO)
-    _check(f"{SUITE}:{name}", tmp_path)
+@pytest.mark.parametrize("name", list(SUITE))
+def test_full_size_builds_and_verifies(name, tmp_path):
+    _check(name, tmp_path)
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("name", list(ARCHITECTURES))
-def test_small_config_on_cuda_as_accurate_as_pytorch(name, dtype, monkeypatch):
+@pytest.mark.parametrize("name", list(SUITE))
+def test_small_config_on_cuda_as_accurate_as_pytorch(name, dtype):
     """Each architecture built for the H200 in half precision (tensor-core GEMMs, the attention
     kernel, the fused epilogues) runs within its precision's tolerance of PyTorch fp32 (1e-2 for
     fp16, 2e-2 for bf16; or PyTorch's own error in that precision where it is larger: a deep
     convnet in bf16) and no less accurate than PyTorch eager in the same precision on the same
     GPU and inputs (within 10%: two roundings of the same sums differ by chance)."""
-    monkeypatch.chdir(REPO)
-    model = api.import_model(f"{SUITE}:{name}_small")
+    model = api.import_model(f"tiny-{name}")
     report = bench(model, api.get_target("cuda-sm90"), ["tvmfuse", "torch-eager"],
                    options=api.BuildOptions(use_database=False, dtype=dtype), threads=1,
                    repeat=2, max_seconds=2, peak=False, dtype=dtype)

@@ -119,15 +119,17 @@ def import_model(
         return _import_pt2(path, overrides, dynamic, batch)
     if source in zoo.registry():
         entry = zoo.get(source)
-        specs = _with_batch(_apply_overrides(source, entry.inputs, overrides), batch)
-        return _import_torch(source, "zoo", entry.build(), specs, entry.value_ranges, dynamic,
-                             max_seq)
-    if ":" in source:
-        module, specs, examples = _call_factory(source)
+        module, examples = entry.load()
+        specs, ranges = ((entry.inputs, entry.value_ranges) if examples is None
+                         else _specs_of(module, examples))
         specs = _with_batch(_apply_overrides(source, specs, overrides), batch)
-        return _import_torch(source, "factory", module, specs, _ranges_of(examples, specs),
-                             dynamic, max_seq)
-    return zoo.get(source)  # raises the unknown-model error, listing the zoo
+        return _import_torch(source, "zoo", module, specs, ranges, dynamic, max_seq)
+    if ":" in source:
+        module, examples = _call_factory(source)
+        specs, ranges = _specs_of(module, examples)
+        specs = _with_batch(_apply_overrides(source, specs, overrides), batch)
+        return _import_torch(source, "factory", module, specs, ranges, dynamic, max_seq)
+    raise zoo.unknown(source)
 
 
 # --- PyTorch ---------------------------------------------------------------------------------
@@ -177,27 +179,30 @@ def _call_factory(source: str):
         raise TvmfuseError(
             f"factory {source!r} returned {type(module).__name__}, not a torch.nn.Module"
         )
+    if examples is not None and not isinstance(examples, (tuple, list)):
+        examples = (examples,)
+    return module.eval(), examples
+
+
+def _specs_of(module, examples) -> tuple[tuple[TensorSpec, ...], dict]:
+    """The input specs of a factory's module, named after its ``forward``'s parameters and
+    shaped as its example tensors (without examples, shapes must come from ``--input-shape``),
+    and the value range of each integer example (token ids, masks): the inputs drawn for
+    verification stay within what the model was shown."""
     names = list(inspect.signature(module.forward).parameters)
     if examples is None:
-        specs = tuple(TensorSpec(n, (), "float32") for n in names)  # shapes must come from CLI
-        return module.eval(), specs, {}
-    examples = examples if isinstance(examples, (tuple, list)) else (examples,)
+        return tuple(TensorSpec(n, (), "float32") for n in names), {}
     specs = tuple(
         TensorSpec(n, tuple(t.shape), str(t.dtype).removeprefix("torch."))
         for n, t in zip(names, examples)
     )
-    return module.eval(), specs, dict(zip(names, examples))
-
-
-def _ranges_of(examples: dict, specs) -> dict[str, tuple[int, int]]:
-    """The value range of each integer example a factory returned (token ids, masks): the
-    inputs drawn for verification stay within what the model was shown."""
+    examples = dict(zip(names, examples))
     ranges = {}
     for spec in specs:
         example = examples.get(spec.name)
         if example is not None and not example.is_floating_point() and example.numel():
             ranges[spec.name] = (int(example.min()), int(example.max()) + 1)
-    return ranges
+    return specs, ranges
 
 
 def _apply_overrides(source, specs, overrides) -> tuple[TensorSpec, ...]:

@@ -8,6 +8,7 @@ import math
 import os
 from pathlib import Path
 
+from .. import zoo
 from ..errors import TvmfuseError
 from ..specs import DYNAMIC_DIMS, check_dynamic, parse_shape
 from ..targets import check_name, host_target_name, target_names
@@ -16,17 +17,25 @@ from ..targets import check_name, host_target_name, target_names
 #: a fp16 build; see tvmfuse.pipeline.PRECISIONS).
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
-#: The zoo's model names (tvmfuse.zoo imports torch; a test keeps the two in step).
-ZOO = ("resnet50", "mobilenet_v2", "bert-base", "tiny-resnet", "tiny-mobilenet",
-       "tiny-transformer")
+class _ListZoo(argparse.Action):
+    """``--list``: print the zoo's names and what each is, and exit (like ``--version``, before
+    the model argument is asked for; no torch imported)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(zoo.listing())
+        parser.exit()
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "model",
-        help="a zoo name (resnet50, mobilenet_v2, bert-base, tiny-*), a .pt2 or .onnx file, "
-        "or package.module:factory",
+        help="a zoo name (resnet50, vit, llama-decode, tiny-vit, ...: see --list), a .pt2 or "
+        ".onnx file, or package.module:factory (also path/file.py:factory)",
     )
+    parser.add_argument("--list", action=_ListZoo, help="list the zoo's model names and exit")
     parser.add_argument(
         "--input-shape", action="append", default=[], metavar="SHAPE[:DTYPE]",
         help="shape of one input, e.g. 1,3,224,224 or 1,128:int64; once per input, in order",
@@ -108,11 +117,8 @@ def check_model_arguments(args: argparse.Namespace, db_must_exist: bool = True) 
                                f"path/file.py:factory")
         if module.endswith(".py") and not Path(module).is_file():
             raise TvmfuseError(f"cannot load model factory {source!r}: no file {module}")
-    elif source not in ZOO:
-        raise TvmfuseError(
-            f"unknown model {source!r}: not a zoo name ({', '.join(ZOO)}), an existing "
-            f".pt2/.onnx file, or a package.module:factory"
-        )
+    elif source not in zoo.registry():
+        raise zoo.unknown(source)
     if args.fusion_rules is not None and not args.fusion_rules.is_file():
         raise TvmfuseError(f"cannot read fusion rules {args.fusion_rules}: No such file or "
                            f"directory")

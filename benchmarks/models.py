@@ -1,9 +1,10 @@
-"""Bench the model suite (benchmarks/suite/models.py) as a user would: one `tvmfuse bench` run per
-architecture, full size, fp32, batch 1, tvmfuse next to ONNX Runtime and torch.compile, untuned
-(``--no-db``: none of these kernels has a tuning record). Each run's JSON goes to
-``benchmarks/suite/results/<name>.json``; the table for BENCHMARKS.md is printed at the end.
+"""Bench whole models as a user would: one `tvmfuse bench` run per zoo name (by default the
+suite's fourteen architectures at full size), fp32, batch 1, tvmfuse next to ONNX Runtime and
+torch.compile, untuned (``--no-db``: none of these kernels has a tuning record). Each run's JSON
+goes to ``benchmarks/suite/results/<name>.json``; the table for BENCHMARKS.md is printed at the
+end.
 
-    .venv/bin/python benchmarks/suite/run.py [NAME ...] [--engines LIST] [--repeat N]
+    .venv/bin/python benchmarks/models.py [NAME ...] [--engines LIST] [--repeat N]
 
 A model whose bench fails is reported with its error and the others still run.
 """
@@ -18,20 +19,18 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+from tvmfuse import zoo
 
-from models import ARCHITECTURES  # noqa: E402
-
-RESULTS = HERE / "results"
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "suite" / "results"
 
 
 def bench(name: str, engines: str, repeat: int) -> dict:
     out = RESULTS / f"{name}.json"
-    command = [sys.executable, "-m", "tvmfuse", "bench", f"benchmarks/suite/models.py:{name}",
-               "--no-db", "--engines", engines, "--repeat", str(repeat), "--json", str(out)]
+    command = [sys.executable, "-m", "tvmfuse", "bench", name, "--no-db", "--engines", engines,
+               "--repeat", str(repeat), "--json", str(out)]
     started = time.monotonic()
-    done = subprocess.run(command, cwd=HERE.parent.parent, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
     if done.returncode != 0:
         error = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         return {"model": name, "error": error, "seconds": round(time.monotonic() - started)}
@@ -58,12 +57,16 @@ def row(name: str, report: dict) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", default=list(ARCHITECTURES))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", default=list(zoo.SUITE), metavar="NAME",
+                        help="zoo names (default: the suite's fourteen; `tvmfuse build --list`)")
     parser.add_argument("--engines", default="tvmfuse,onnxruntime,torch-compile")
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
-    RESULTS.mkdir(exist_ok=True)
+    unknown = [name for name in args.names if name not in zoo.registry()]
+    if unknown:
+        parser.error(f"not a zoo name: {', '.join(unknown)} (see `tvmfuse build --list`)")
+    RESULTS.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.names:
         print(f"benching {name} ...", flush=True)

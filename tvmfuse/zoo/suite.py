@@ -1,6 +1,6 @@
-"""Real architectures from ``transformers`` configs, random weights, as a user brings them:
-each ``<name>`` (full size) and ``<name>_small`` (a few layers, narrow) is a model factory
-returning ``(module, example_inputs)``, for ``tvmfuse build benchmarks/suite/models.py:<name>``.
+"""The suite: fourteen architectures from ``transformers`` configs (the ``models`` extra), random
+weights, as a user brings them. Each is a zoo name at full size (``vit``) and at a small config
+for tests (``tiny-vit``: a few layers, narrow), made by :func:`build` with its example inputs.
 
 None of these shapes was tuned for: sequence 197 and 50 (ViT, CLIP), windows of 49 with shifts
 (Swin), 1500 audio frames (Whisper), squeeze-excite and grouped convs (RegNet, EfficientNet),
@@ -10,20 +10,23 @@ causal decoders with rotary embeddings and RMSNorm (Llama), an encoder-decoder (
 from __future__ import annotations
 
 import torch
+import transformers as tf
 from torch import nn
 
-SEED = 0
+from ..specs import SEED
+from .weights import calibrate_batch_norms
 
 
-class _Select(nn.Module):
-    """Return one tensor field of a transformers ModelOutput (``last_hidden_state``, ``logits``)."""
+class Field(nn.Module):
+    """One tensor field of a transformers ModelOutput (``last_hidden_state``, ``logits``), the
+    model called on the inputs in order and ``kwargs``."""
 
-    def __init__(self, model: nn.Module, field: str):
+    def __init__(self, model: nn.Module, field: str, **kwargs):
         super().__init__()
-        self.model, self.field = model, field
+        self.model, self.field, self.kwargs = model, field, kwargs
 
     def forward(self, *args):
-        return getattr(self.model(*args), self.field)
+        return getattr(self.model(*args, **self.kwargs), self.field)
 
 
 class _Text(nn.Module):
@@ -56,7 +59,6 @@ class _CachedLM(nn.Module):
         self.model = model
 
     def forward(self, input_ids, past_keys=None, past_values=None):
-        tf = _tf()
         layers = None if past_keys is None else list(zip(past_keys.unbind(0),
                                                          past_values.unbind(0)))
         cache = tf.DynamicCache(layers, config=self.model.config)
@@ -81,7 +83,7 @@ class _Seq2Seq(nn.Module):
                           use_cache=False).logits
 
 
-def _ids(vocab: int, *shape: int) -> torch.Tensor:
+def token_ids(vocab: int, *shape: int) -> torch.Tensor:
     return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(SEED))
 
 
@@ -89,62 +91,24 @@ def _image(size: int = 224, channels: int = 3) -> torch.Tensor:
     return torch.randn(1, channels, size, size, generator=torch.Generator().manual_seed(SEED))
 
 
-def _made(build):
-    torch.manual_seed(SEED)
-    module, inputs = build()
-    _calibrate_batch_norms(module.eval(), inputs)
-    return module, inputs
-
-
-def _calibrate_batch_norms(module: nn.Module, inputs) -> None:
-    """Give a convnet's weights a trained network's scale: convs variance-preserving (Kaiming),
-    every BatchNorm the statistics of its input, then random affine terms (so folding it is never
-    a no-op). With transformers' init (std 0.02) and unit running variance EfficientNet's
-    activations vanish: its logits are all zero after 6 blocks, and any build would verify."""
-    norms = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    if not norms:
-        return
-    for conv in (m for m in module.modules() if isinstance(m, nn.Conv2d)):
-        nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
-    batch = [torch.cat([t, torch.randn_like(t) if t.is_floating_point() else t]) for t in inputs]
-    with torch.no_grad():
-        for bn in norms:
-            bn.reset_running_stats()
-            bn.momentum = None  # a cumulative average over the calibration batch
-            bn.weight.uniform_(0.5, 1.5)
-            bn.bias.normal_(0.0, 0.1)
-            bn.train()
-        module(*batch)
-    for bn in norms:
-        bn.eval()
-
-
-def _tf():
-    import transformers  # noqa: PLC0415 - the 'models' extra
-
-    return transformers
-
-
 # --- the architectures: (config, wrapper, inputs) at full size and small ---------------------
 
 
 def _gpt2(small: bool):
-    tf = _tf()
     kw = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=1000) if small else {}
     config = tf.GPT2Config(**kw)
     seq = 37 if small else 128
-    return _CausalLM(tf.GPT2LMHeadModel(config)), (_ids(config.vocab_size, 1, seq),)
+    return _CausalLM(tf.GPT2LMHeadModel(config)), (token_ids(config.vocab_size, 1, seq),)
 
 
 def _llama(small: bool):
-    tf = _tf()
     kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=176, num_attention_heads=4,
                num_key_value_heads=2, vocab_size=1000) if small else
           dict(num_hidden_layers=4, hidden_size=1024, intermediate_size=2816,
                num_attention_heads=16, num_key_value_heads=4, vocab_size=32000))
     config = tf.LlamaConfig(**kw)
     seq = 37 if small else 128
-    return _CausalLM(tf.LlamaForCausalLM(config)), (_ids(config.vocab_size, 1, seq),)
+    return _CausalLM(tf.LlamaForCausalLM(config)), (token_ids(config.vocab_size, 1, seq),)
 
 
 def _llama_decode(small: bool):
@@ -165,62 +129,54 @@ def _llama_prefill(small: bool):
 
 
 def _roberta(small: bool):
-    tf = _tf()
     kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=256,
                num_attention_heads=4, vocab_size=1000) if small else {})
     config = tf.RobertaConfig(**kw)
-    seq = 77 if small else 77
-    ids = _ids(config.vocab_size, 1, seq)
+    ids = token_ids(config.vocab_size, 1, 77)
     return _Text(tf.RobertaModel(config, add_pooling_layer=False), "last_hidden_state"), (
         ids, torch.ones_like(ids))
 
 
 def _distilbert(small: bool):
-    tf = _tf()
     kw = dict(n_layers=2, dim=64, hidden_dim=256, n_heads=4, vocab_size=1000) if small else {}
     config = tf.DistilBertConfig(**kw)
-    ids = _ids(config.vocab_size, 1, 50)
+    ids = token_ids(config.vocab_size, 1, 50)
     return _Text(tf.DistilBertModel(config), "last_hidden_state"), (ids, torch.ones_like(ids))
 
 
 def _t5(small: bool):
-    tf = _tf()
     kw = (dict(num_layers=2, num_decoder_layers=2, d_model=64, d_ff=128, d_kv=16, num_heads=4,
                vocab_size=1000) if small else
           dict(num_layers=6, num_decoder_layers=6, d_model=512, d_ff=2048, d_kv=64, num_heads=8))
     config = tf.T5Config(**kw)
     return _Seq2Seq(tf.T5ForConditionalGeneration(config)), (
-        _ids(config.vocab_size, 1, 61), _ids(config.vocab_size, 1, 13))
+        token_ids(config.vocab_size, 1, 61), token_ids(config.vocab_size, 1, 13))
 
 
 def _vit(small: bool):
-    tf = _tf()
     kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=256,
                num_attention_heads=4, image_size=56, patch_size=8) if small else {})
     config = tf.ViTConfig(**kw)
-    return _Select(tf.ViTModel(config, add_pooling_layer=False), "last_hidden_state"), (
+    return Field(tf.ViTModel(config, add_pooling_layer=False), "last_hidden_state"), (
         _image(config.image_size),)
 
 
 def _clip_vision(small: bool):
-    tf = _tf()
     kw = (dict(num_hidden_layers=2, hidden_size=64, intermediate_size=256,
                num_attention_heads=4, image_size=56, patch_size=8) if small else
           dict(image_size=224, patch_size=32))
     config = tf.CLIPVisionConfig(**kw)
-    return _Select(tf.CLIPVisionModel(config), "pooler_output"), (_image(config.image_size),)
+    return Field(tf.CLIPVisionModel(config), "pooler_output"), (_image(config.image_size),)
 
 
 def _swin(small: bool):
-    tf = _tf()
     kw = (dict(embed_dim=32, depths=[2, 2], num_heads=[2, 4], image_size=56, window_size=7)
           if small else {})
     config = tf.SwinConfig(**kw)
-    return _Select(tf.SwinModel(config), "pooler_output"), (_image(config.image_size),)
+    return Field(tf.SwinModel(config), "pooler_output"), (_image(config.image_size),)
 
 
 def _whisper_encoder(small: bool):
-    tf = _tf()
     kw = (dict(encoder_layers=2, d_model=64, encoder_ffn_dim=256, encoder_attention_heads=4,
                decoder_attention_heads=4, max_source_positions=75) if small else
           dict(encoder_layers=4, d_model=384, encoder_ffn_dim=1536, encoder_attention_heads=6,
@@ -229,42 +185,45 @@ def _whisper_encoder(small: bool):
     frames = 2 * config.max_source_positions
     features = torch.randn(1, config.num_mel_bins, frames,
                            generator=torch.Generator().manual_seed(SEED))
-    return _Select(tf.WhisperModel(config).encoder, "last_hidden_state"), (features,)
+    return Field(tf.WhisperModel(config).encoder, "last_hidden_state"), (features,)
 
 
 def _regnet(small: bool):
-    tf = _tf()
     kw = (dict(hidden_sizes=[24, 56], depths=[1, 2], groups_width=8, embedding_size=16)
           if small else dict(hidden_sizes=[48, 104, 208, 440], depths=[1, 3, 6, 6],
                              groups_width=8, embedding_size=32))
     config = tf.RegNetConfig(layer_type="y", num_labels=1000, **kw)  # "y": squeeze-excite
-    return _Select(tf.RegNetForImageClassification(config), "logits"), (_image(64 if small else 224),)
+    return Field(tf.RegNetForImageClassification(config), "logits"), (_image(64 if small else 224),)
 
 
 def _efficientnet(small: bool):
-    tf = _tf()
     kw = (dict(width_coefficient=0.25, depth_coefficient=0.3, image_size=64, hidden_dim=320)
           if small else dict(width_coefficient=1.0, depth_coefficient=1.0, image_size=224,
                              hidden_dim=1280))  # EfficientNet-B0
     config = tf.EfficientNetConfig(num_labels=1000, **kw)
-    return _Select(tf.EfficientNetForImageClassification(config), "logits"), (
+    return Field(tf.EfficientNetForImageClassification(config), "logits"), (
         _image(config.image_size),)
 
 
 def _convnext(small: bool):
-    tf = _tf()
     kw = dict(hidden_sizes=[24, 48], depths=[1, 2], num_stages=2) if small else {}
     config = tf.ConvNextConfig(num_labels=1000, **kw)
-    return _Select(tf.ConvNextForImageClassification(config), "logits"), (_image(64 if small else 224),)
+    return Field(tf.ConvNextForImageClassification(config), "logits"), (
+        _image(64 if small else 224),)
 
 
 ARCHITECTURES = {
-    "gpt2": _gpt2, "llama": _llama, "llama_prefill": _llama_prefill,
-    "llama_decode": _llama_decode, "roberta": _roberta, "distilbert": _distilbert, "t5": _t5,
-    "vit": _vit, "clip_vision": _clip_vision, "swin": _swin, "whisper_encoder": _whisper_encoder,
+    "gpt2": _gpt2, "llama": _llama, "llama-prefill": _llama_prefill,
+    "llama-decode": _llama_decode, "roberta": _roberta, "distilbert": _distilbert, "t5": _t5,
+    "vit": _vit, "clip-vision": _clip_vision, "swin": _swin, "whisper-encoder": _whisper_encoder,
     "regnet": _regnet, "efficientnet": _efficientnet, "convnext": _convnext,
 }
 
-for _name, _build in ARCHITECTURES.items():
-    globals()[_name] = (lambda b: lambda: _made(lambda: b(False)))(_build)
-    globals()[f"{_name}_small"] = (lambda b: lambda: _made(lambda: b(True)))(_build)
+
+def build(name: str, small: bool) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The architecture ``name`` at full size or small, and its example inputs; convnets'
+    BatchNorms calibrated on those inputs."""
+    torch.manual_seed(SEED)
+    module, inputs = ARCHITECTURES[name](small)
+    calibrate_batch_norms(module.eval(), inputs)
+    return module, inputs
