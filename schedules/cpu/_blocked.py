@@ -41,10 +41,11 @@ from tvm.ir.expr import TensorLoad  # a BufferLoad (tirx.BufferLoad is a constru
 
 from tvmfuse.names import LAYOUT_FREE_BUFFERS, LAYOUT_REWRITE_PREPROC, PART_TAIL
 
-from ._tir import (
-    Vector, inline_into_consumers, is_reduction, lanes_for, loops_match_iters, parallelize,
-    read_index_nodes, root_blocks, static_extent, static_int, uses,
+from ..tir_util import (
+    inline_into_consumers, is_reduction, lanes_for, loops_match_iters, read_index_nodes,
+    root_blocks, static_extent, static_int, uses,
 )
+from ._tir import Vector, parallelize
 
 
 @dataclass(frozen=True)

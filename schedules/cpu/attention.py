@@ -46,9 +46,8 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
-from tvmfuse.passes.fuse_attention import AttentionShape
-
 from tvmfuse.names import IS_SCHEDULED, SCHEDULE
+from tvmfuse.shapes import AttentionShape
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cpu.attention"

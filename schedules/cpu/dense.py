@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from tvm import s_tir, tirx
 
+from ..tir_util import inline_into_consumers, is_reduction, root_blocks
 from ._blocked import block_anchor, choose_tile, register_blocked
-from ._tir import CpuRule, Vector, inline_into_consumers, is_reduction, root_blocks
+from ._tir import CpuRule, Vector
 from .reduction import lane_partials, vectorize_rows
 
 _ANCHORS = ("matmul", "NT_matmul", "T_matmul", "T_dense", "T_batch_matmul")

@@ -15,10 +15,8 @@ from tvm import s_tir
 
 from tvmfuse.names import PART_TAIL, ROW_COMBINE, ROW_PARTIALS, ROW_TAIL
 
-from ._tir import (
-    CpuRule, is_reduction, root_blocks, static_extent, uses,
-    vectorize_inner,
-)
+from ..tir_util import is_reduction, root_blocks, static_extent, uses
+from ._tir import CpuRule, vectorize_inner
 
 
 #: Rows reduced together: each step of a row's chain of dependent operations (its partial

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from ._tir import (
-    CpuRule, inline_into_consumers, lanes_for, root_blocks, static_extent, vectorize_inner,
-)
 from tvmfuse.names import WINOGRAD_INPUT, WINOGRAD_OUTPUT
+
+from ..tir_util import inline_into_consumers, lanes_for, root_blocks, static_extent
+from ._tir import CpuRule, vectorize_inner
 
 #: The block names of the two transforms (WinogradConv2D names its TE computes with these).
 

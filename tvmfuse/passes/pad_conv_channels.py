@@ -32,7 +32,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
-from ..schedules.cpu._tir import lanes_for
+from ..schedules.tir_util import lanes_for
 from ._rewrite import rewrite_functions, static_shape
 
 
