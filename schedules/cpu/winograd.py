@@ -15,8 +15,8 @@ batched matmul after it.
 Channels that no vector of 4 divides (77) keep full vectors: the channel loop goes innermost,
 under the unrolled positions, as whole vectors and a tail in narrower ones
 (:func:`~._tir.vectorize_inner`); each position then loads its own terms. As one lane at a
-time, a 3x3 77 -> 77 conv on 28x28 spent 124 of its 344 us in the two transforms (Zen 4), where
-64 and 80 channels spent 15 and 21.
+time, a 3x3 77 -> 77 conv on 28x28 spent 124 of its 344 us in the two transforms, where 64 and
+80 channels spent 15 and 21.
 """
 
 from __future__ import annotations
