@@ -167,10 +167,11 @@ def choose_tile(rows_extent: int | None, cols_extent: int, vector: Vector, *,
                 best = tile
     return best
 
-#: A conv's rows are not padded (see :func:`._blocked._pad`), so a tile that does not divide them is
-#: predicated, which LLVM pays for in every tile (RegNet's 1x1 conv 104 -> 104 on 28x28 ran twice
-#: as fast in 7 x 1 tiles as in 8 x 1). A tile takes the largest row count that divides the rows
-#: where that keeps at least this share of its rows.
+
+#: A conv's rows are not padded (see :func:`._blocked._pad`), so a tile that does not divide
+#: them is predicated, which LLVM pays for in every tile (RegNet's 1x1 conv 104 -> 104 on 28x28
+#: ran twice as fast in 7 x 1 tiles as in 8 x 1). A tile takes the largest row count that
+#: divides the rows where that keeps at least this share of its rows.
 DIVIDING_ROWS = 3 / 4
 
 
