@@ -4,7 +4,7 @@ import pytest
 import tvm
 
 from tvmfuse import TvmfuseError
-from tvmfuse.targets import Vector, get_target, host_target_name, target_names
+from tvmfuse.targets import avx512_for, get_target, host_target_name, target_names
 
 
 def test_every_named_target_is_a_valid_tvm_target_with_a_stable_key():
@@ -29,12 +29,22 @@ def test_avx512_describes_this_host():
 
 def test_avx2_has_eight_lanes_sixteen_registers_and_no_avx512():
     spec = get_target("avx2")
-    assert spec.vector == Vector(lanes=8, registers=16)
+    assert (spec.vector.lanes, spec.vector.registers) == (8, 16)
     assert spec.key == f"avx2-{spec.config['mcpu']}"
     assert set(spec.cpu_flags) == {"avx2", "fma"}
     # on an AVX-512 host the host's CPU less AVX-512: a library that runs there, records that
     # name the CPU that measured them
     assert ("-avx512f" in spec.config.get("mattr", [])) == ("avx512f" in _flags())
+
+
+def test_cpu_targets_know_their_l2_cache():
+    """A named CPU's L2 comes from the table whatever this host is; the host's own from sysfs."""
+    assert avx512_for("znver4").vector.l2_bytes == 1 << 20
+    assert avx512_for("emeraldrapids").vector.l2_bytes == 2 << 20
+    assert get_target("arm64-a76").vector.l2_bytes == 512 << 10
+    assert get_target("arm64").vector.l2_bytes == 1 << 20  # unknown: the default
+    host = get_target(host_target_name()).vector.l2_bytes
+    assert 128 << 10 <= host <= 64 << 20
 
 
 def test_the_default_target_runs_on_this_machine():

@@ -15,8 +15,8 @@ from .errors import TvmfuseError, one_line
 
 #: How long one RPC session with a device may last (a measurement, one candidate's runs, or
 #: a deployed model's runs), and how many times longer on an emulator: qemu-user runs the
-#: aarch64 code many times slower than a board. (CI's emulated sessions that outlasted 120 s were
-#: waiting for the device behind a session of ours left open: see ``Deployed.close``.)
+#: aarch64 code many times slower than a board. An emulated session that outlasts 120 s is
+#: waiting for the device behind one of ours left open (see ``Deployed.close``).
 SESSION_TIMEOUT_S = 120
 EMULATOR_SLOWDOWN = 5
 #: Device keys that start with this name an emulator (``tvmfuse arm-host`` registers

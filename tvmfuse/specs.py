@@ -112,7 +112,8 @@ def random_inputs(specs, value_ranges=None, seed: int = SEED, sizes=None) -> lis
     for spec in specs:
         shape = tuple((sizes or {}).get(d, 1) if isinstance(d, str) else d for d in spec.shape)
         low, high = (value_ranges or {}).get(spec.name, (0, 2))
-        if np.issubdtype(np.dtype(spec.dtype), np.floating) and spec.name not in (value_ranges or {}):
+        drawn = np.issubdtype(np.dtype(spec.dtype), np.floating)
+        if drawn and spec.name not in (value_ranges or {}):
             arrays.append(rng.standard_normal(shape).astype(spec.dtype))
         else:
             arrays.append(rng.integers(low, high, shape).astype(spec.dtype))

@@ -28,7 +28,7 @@ _CUDA_SM90 = {
 
 @dataclass(frozen=True)
 class Vector:
-    """A CPU's vector unit, as the hand-written schedules see it."""
+    """A CPU core as the hand-written schedules see it: its vector unit and its L2 cache."""
 
     #: float32 lanes of one vector register (AVX-512: 16, SSE and NEON: 4).
     lanes: int
@@ -36,6 +36,19 @@ class Vector:
     registers: int
     #: LLVM's name of the core (``znver5``), where a schedule's choices depend on it; "" if not.
     core: str = ""
+    #: Bytes of L2 cache each core has (the host's read from sysfs, a named core's from
+    #: ``_L2_BYTES``; 1 MiB where unknown). GEMM tiles size their weight panels by it.
+    l2_bytes: int = 1 << 20
+
+
+#: L2 cache per core of the CPUs tvmfuse names (LLVM's names), from the vendors' data sheets; a
+#: target for a named CPU uses these, not the machine it is built on.
+_L2_BYTES = {
+    "znver3": 512 << 10, "znver4": 1 << 20, "znver5": 1 << 20,
+    "skylake-avx512": 1 << 20, "icelake-server": 1280 << 10,
+    "sapphirerapids": 2 << 20, "emeraldrapids": 2 << 20, "graniterapids": 2 << 20,
+    "cortex-a76": 512 << 10, "neoverse-n1": 1 << 20,
+}
 
 
 @dataclass(frozen=True)
@@ -147,6 +160,39 @@ def _host_cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+@functools.cache
+def _host_l2_bytes() -> int | None:
+    """This machine's L2 cache per core, from sysfs (``cpu0/cache/index*``); None where it does
+    not say (not Linux, or a hypervisor that hides the caches)."""
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        indexes = os.listdir(root)
+    except OSError:
+        return None
+    for index in sorted(indexes):
+        try:
+            with open(f"{root}/{index}/level", encoding="ascii") as f:
+                level = f.read().strip()
+            with open(f"{root}/{index}/type", encoding="ascii") as f:
+                kind = f.read().strip()
+            with open(f"{root}/{index}/size", encoding="ascii") as f:
+                size = f.read().strip()
+        except OSError:
+            continue
+        digits = size.rstrip("KMG")
+        shift = {"": 0, "K": 10, "M": 20, "G": 30}.get(size[len(digits):])
+        if level == "2" and kind in ("Unified", "Data") and digits.isdigit() and shift is not None:
+            return int(digits) << shift
+    return None
+
+
+def _l2_bytes(cpu: str, here: bool) -> int:
+    """L2 per core of ``cpu``: this machine's where ``here`` (the target is this host's own
+    CPU), else from ``_L2_BYTES``; 1 MiB where neither knows."""
+    known = _host_l2_bytes() if here else None
+    return known or _L2_BYTES.get(cpu, 1 << 20)
+
+
 def _host_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -163,8 +209,9 @@ def _host_cpu() -> str:
 def _avx512(cpu: str | None = None) -> TargetSpec:
     # On a host without AVX-512 the library still builds (for deployment elsewhere) for a
     # generic AVX-512 core; it just cannot run here.
+    here = cpu is None and "avx512f" in _host_cpu_flags()
     if cpu is None:
-        cpu = _host_cpu() if "avx512f" in _host_cpu_flags() else "skylake-avx512"
+        cpu = _host_cpu() if here else "skylake-avx512"
     return TargetSpec(
         name="avx512",
         key=f"avx512-{cpu}",
@@ -174,16 +221,17 @@ def _avx512(cpu: str | None = None) -> TargetSpec:
         description=f"this host's x86-64 CPU with AVX-512 ({cpu}, {_host_cores()} cores)",
         rules_section="avx512",
         cpu_flags=("avx512f",),
-        vector=Vector(lanes=16, registers=32, core=cpu),
+        vector=Vector(lanes=16, registers=32, core=cpu, l2_bytes=_l2_bytes(cpu, here)),
     )
 
 
 def _avx2() -> TargetSpec:
-    # AVX2 + FMA (Haswell on, Zen 1-3): eight float32 lanes and sixteen vector registers. On an
+    # AVX2 + FMA (x86-64 cores without AVX-512): eight float32 lanes and sixteen registers. On an
     # AVX-512 host the host's CPU with AVX-512 switched off, so that the library runs there and
     # its tuning records name the machine that measured them; without AVX2, a generic Haswell.
     flags = _host_cpu_flags()
-    cpu = _host_cpu() if {"avx2", "fma"} <= flags else "haswell"
+    here = {"avx2", "fma"} <= flags
+    cpu = _host_cpu() if here else "haswell"
     mattr = {"mattr": ["-avx512f"]} if "avx512f" in flags else {}
     return TargetSpec(
         name="avx2",
@@ -194,7 +242,7 @@ def _avx2() -> TargetSpec:
         description=f"an x86-64 CPU with AVX2 and FMA ({cpu}, {_host_cores()} cores)",
         rules_section="avx2",
         cpu_flags=("avx2", "fma"),
-        vector=Vector(lanes=8, registers=16),
+        vector=Vector(lanes=8, registers=16, l2_bytes=_l2_bytes(cpu, here)),
     )
 
 
@@ -234,7 +282,7 @@ def _arm64(name: str) -> TargetSpec:
         description=f"{what}, cross-linked with aarch64-linux-gnu-g++",
         rules_section="arm64",
         cross_cc="aarch64-linux-gnu-g++",
-        vector=Vector(lanes=4, registers=32),
+        vector=Vector(lanes=4, registers=32, l2_bytes=_l2_bytes(mcpu, here=False)),
     )
 
 

@@ -9,10 +9,9 @@ Per task (batch, head, tile of ``TQ`` query rows; the tile as large as leaves fo
 core), on the thread pool, for each tile of ``TK`` keys (one to five vectors: the count that pads
 least for its cost, :func:`_key_tile`); neither tile need divide the sequence: rows past its end
 are computed from the last row and not written, keys past it score the lowest float and weigh 0,
-chosen by ``Select`` (a vector blend). (Before, the tiles shrank until they divided it: ViT's 197
-tokens ran one key at a time, 15 GFLOP/s; then the key tile was two or four vectors and the tail
-an ``if_then_else``, which TVM vectorizes as one branch per lane: 197 tokens 73 GFLOP/s, 77
-tokens 62, where 256 ran 173; now 121 and 120, Emerald Rapids, 2 cores.)
+chosen by ``Select`` (a vector blend): tiles that shrank until they divided the sequence ran
+ViT's 197 tokens one key at a time, and an ``if_then_else`` tail is vectorized by TVM as one
+branch per lane (``benchmarks/kernel_bench.py attention --sizes 77,197,256``).
 
 1. the keys are transposed into ``kt[D, TK]``, once per task and tile, so that the scores of
    ``R = 4`` rows, ``s[r, :TK] += q[r, d] * kt[d, :TK]``, are vector FMAs with ``q`` broadcast
@@ -30,9 +29,9 @@ tokens 62, where 256 ran 173; now 121 and 120, Emerald Rapids, 2 cores.)
 
 The per-row buffers are small ``global``-scope allocations: TVM's CPU lowering keeps those (under
 1 KiB) on the stack, where LLVM can hold them in registers, and sends ``local`` ones to its
-workspace allocator. `tvmfuse inspect bert-base --profile` on a 2-core Zen 5: 1.76 ms for the
-12 layers' attention kernels, against 5.15 ms for the unfused chain's kernels (two batched
-matmuls, the scale-mask-softmax kernel, head split and merge copies).
+workspace allocator. BERT-base's 12 layers' attention kernels take a third of the time of the
+unfused chain's kernels (two batched matmuls, the scale-mask-softmax kernel, head split and merge
+copies; ``tvmfuse inspect bert-base --profile``).
 
 Scores and probabilities never leave the task's stack: per layer of BERT-base that is 12 x 128 x
 128 floats (768 KiB) not written and read back twice, and the head split and merge are address
@@ -46,9 +45,8 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.script import tirx as T
 
-from tvmfuse.passes.fuse_attention import AttentionShape
-
 from tvmfuse.names import IS_SCHEDULED, SCHEDULE
+from tvmfuse.shapes import AttentionShape
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cpu.attention"
@@ -82,8 +80,8 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1,
     # A mask dimension of 1 is broadcast: its index is multiplied by 0.
     fb, fh, fq, fk = (int(not (isinstance(n, int) and n == 1)) for n in (MB, MH, MQ, MK))
     # rows computed together: R x SV scores, R x DW outputs in registers (AVX2: six rows of two
-    # vectors, 12 of its 16 registers: four rows ran Whisper's 1500 tokens at 99 GFLOP/s, six
-    # at 107, Zen 3)
+    # vectors, 12 of its 16 registers, faster than four: ``kernel_bench.py attention --sizes
+    # 1500``)
     R = 4 if registers >= 32 else 6  # noqa: N806
     TK = _key_tile(SK, lanes, D, registers)  # noqa: N806 - keys per tile: whole vectors of scores
     NK = (SK + TK - 1) // TK  # noqa: N806
@@ -182,8 +180,8 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1,
                                                 ) * kt[d, jc * SV + jv, jl]
                             for r in T.unroll(R):
                                 # Select, not if_then_else: TVM vectorizes if_then_else as one
-                                # branch per lane (the scores of 197 keys ran at 63 GFLOP/s, of
-                                # 192 at 166, Emerald Rapids)
+                                # branch per lane (the scores of 197 keys ran at under half
+                                # 192's speed)
                                 for jv in T.unroll(NV):
                                     for jl in T.vectorized(lanes):
                                         s[r, jv, jl] = T.Select(
@@ -251,12 +249,12 @@ def _key_tile(seq, lanes: int, head_dim: int = 64, registers: int = 32) -> int:
     per query row: each padded key costs its multiply-adds (``2 * head_dim / lanes``) and its
     ``exp`` (about 16 operations a vector of keys), each tile the rescale of the row's output (a
     load, a multiply and a store a vector of it) and about 8 more (the two reductions, the
-    bookkeeping). 77 keys on AVX-512: one tile of 80 (before: three of 32 = 96); 197: seven of
+    bookkeeping). 77 keys on AVX-512: one tile of 80 (not three of 32 = 96); 197: seven of
     32, 2156 operations, against 2384 for four of 64. On AVX2 the tile's share is larger (eight
-    vectors of output a row where AVX-512 has four): Whisper's 1500 tokens ran 106 GFLOP/s in
-    tiles of 32 keys, 124 in tiles of 64 (Zen 3). At least two vectors past one vector's keys:
-    four rows of one vector are four chains of dependent multiply-adds, too few to fill two FMA
-    pipes of latency 4. Four vectors for a symbolic sequence."""
+    vectors of output a row where AVX-512 has four): Whisper's 1500 tokens run faster in tiles of
+    64 keys than of 32 (``kernel_bench.py attention --sizes 1500``). At least two vectors past one
+    vector's keys: four rows of one vector are four chains of dependent multiply-adds, too few to
+    fill two FMA pipes of latency 4. Four vectors for a symbolic sequence."""
     if not isinstance(seq, int):
         return 4 * lanes
     if seq <= lanes:
@@ -280,8 +278,8 @@ def _output_chunk(head_dim: int, lanes: int, registers: int, rows: int) -> int:
     vectors and a broadcast). AVX-512's 32 registers hold four rows of a 64-wide head (16
     accumulators); AVX2's 16 hold two of its eight vectors for six rows: in one pass its
     accumulators lived on the stack, each multiply-add a load and a store (12 heads of 64 at
-    1500 tokens: 70 GFLOP/s; in passes of two vectors, 89; Zen 3, 2 cores). A head that is not
-    whole vectors is one pass."""
+    1500 tokens run a quarter faster in passes of two vectors). A head that is not whole vectors
+    is one pass."""
     if head_dim % lanes:
         return head_dim
     vectors, most = head_dim // lanes, max(1, (registers - 4) // rows)

@@ -1,8 +1,8 @@
 """Conv2d in NHWC with HWIO weights (laid out at build time by the ``conv_layout_nhwc`` rule),
 with its fused epilogue: the register-blocked schedule over output channels x output columns.
 
-A 3x3 64->64 conv on 56x56 with bias and ReLU runs at 109 GFLOP/s on two Zen 4 cores (TVM's
-default lowering: 2 GFLOP/s).
+A 3x3 64->64 conv on 56x56 with bias and ReLU runs about fifty times as fast as TVM's default
+lowering (``tvmfuse inspect resnet50 --profile``).
 """
 
 from __future__ import annotations

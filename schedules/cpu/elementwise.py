@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from tvm import s_tir
 
-from ._tir import CpuRule, inline_into_consumers, is_reduction, parallelize, root_blocks
+from ..tir_util import inline_into_consumers, is_reduction, root_blocks
+from ._tir import CpuRule, parallelize
 
 
 class Elementwise(CpuRule):

@@ -15,27 +15,24 @@ from tvm import s_tir
 
 from tvmfuse.names import PART_TAIL, ROW_COMBINE, ROW_PARTIALS, ROW_TAIL
 
-from ._tir import (
-    CpuRule, is_reduction, root_blocks, static_extent, uses,
-    vectorize_inner,
-)
+from ..tir_util import is_reduction, root_blocks, static_extent, uses
+from ._tir import CpuRule, vectorize_inner
 
 
 #: Rows reduced together: each step of a row's chain of dependent operations (its partial
 #: results, their combination, the lanes folded) is taken for the group's rows in turn, so that
 #: their operations overlap. One row at a time, a short row's chain (loads, adds, the lanes
 #: folded, a division, then the same for the variance, a square root) left the core idle: 197 x 64
-#: and 197 x 77 LayerNorms ran 1.78 and 2.75 us on one thread of a Zen 5, 1.24 and 1.97 in groups
-#: of four (alternating builds, medians of 7 rounds); in groups of 8 or 16 the partial results no
-#: longer fit the registers and ran slower.
+#: and 197 x 77 LayerNorms run 1.4x as fast in groups of four; in groups of 8 or 16 the partial
+#: results no longer fit the registers (``kernel_bench.py layer_norm --sizes 64,77``).
 ROW_GROUP = 4
 #: Rows of fewer vectors than this are reduced in groups of :data:`ROW_GROUP`: longer rows have
-#: operations enough of their own in flight, and four of them at once ran no faster (197, 384,
-#: 768, 1000, 1024 columns: within this machine's noise, some slower).
+#: operations enough of their own in flight, and four of them at once ran no faster
+#: (``kernel_bench.py layer_norm --sizes 197,384,768,1000,1024``).
 SHORT_ROW_VECTORS = 8
-#: Row reductions over fewer elements run on one thread: a parallel loop's start and join took
-#: 0.7 to 2 us on 2 Zen 5 cores (TVM's thread pool, an empty loop 0.66 us at best), more than
-#: half of a 197 x 77 LayerNorm (one thread 1.3-2.0 us, two 1.6-3.0; 197 x 197 gains from two).
+#: Row reductions over fewer elements run on one thread: a parallel loop's start and join on
+#: TVM's thread pool (0.7 to 2 us) costs more than half of a 197 x 77 LayerNorm, which runs
+#: faster on one thread than on two; 197 x 197 gains from two.
 ROW_PARALLEL_ELEMENTS = 32768
 
 
@@ -132,7 +129,7 @@ def vectorize_rows(sch: s_tir.Schedule, blocks: list, partials: list, lanes: int
         extent = static_extent(sch, steps)
         if masked and extent is not None and extent > 1:
             # only the last step reads the row's last vector and masks lanes: the others,
-            # apart, are plain loads and adds (197 x 1000 LayerNorm on Zen 4: 37 -> 22 us)
+            # apart, are plain loads and adds (a 197 x 1000 LayerNorm runs 1.7x as fast)
             sch.loop_partition(steps, [extent - 1, None])
     for block in combines:  # the accumulators combined a vector at a time
         *spatial, position = sch.get_loops(block)[depth - 1 if grouped else depth:]
@@ -147,9 +144,9 @@ def vectorize_rows(sch: s_tir.Schedule, blocks: list, partials: list, lanes: int
 def _vector_partials(sch: s_tir.Schedule, block, lanes: int):
     """Split the row reduction ``block`` into ``lanes`` partial results (``rfactor``), to be
     computed one vector operation a step, then reduced across the lanes: a serial chain of 768
-    scalar adds (LayerNorm's mean, then its variance) took 0.16 ms per 197-row LayerNorm on
-    Zen 4. A reduction written as partial results already (``tvmfuse.strategy.whole_vectors``:
-    the lanes spatial, the steps along the row reduced) is its own. Returns the partial-results
+    scalar adds (LayerNorm's mean, then its variance) took 0.16 ms per 197-row LayerNorm. A
+    reduction written as partial results already (``tvmfuse.strategy.whole_vectors``: the lanes
+    spatial, the steps along the row reduced) is its own. Returns the partial-results
     block and its vector accumulators (``rfactor``'s: 1), or None where ``lanes`` does not divide
     the row or the reduction is not one ``rfactor`` takes."""
     if _in_lanes(sch, block, lanes):

@@ -15,18 +15,18 @@ batched matmul after it.
 Channels that no vector of 4 divides (77) keep full vectors: the channel loop goes innermost,
 under the unrolled positions, as whole vectors and a tail in narrower ones
 (:func:`~._tir.vectorize_inner`); each position then loads its own terms. As one lane at a
-time, a 3x3 77 -> 77 conv on 28x28 spent 124 of its 344 us in the two transforms (Zen 4), where
-64 and 80 channels spent 15 and 21.
+time, a 3x3 77 -> 77 conv on 28x28 spent 124 of its 344 us in the two transforms, where 64 and
+80 channels spent 15 and 21.
 """
 
 from __future__ import annotations
 
 from tvm import s_tir
 
-from ._tir import (
-    CpuRule, inline_into_consumers, lanes_for, root_blocks, static_extent, vectorize_inner,
-)
 from tvmfuse.names import WINOGRAD_INPUT, WINOGRAD_OUTPUT
+
+from ..tir_util import inline_into_consumers, lanes_for, root_blocks, static_extent
+from ._tir import CpuRule, vectorize_inner
 
 #: The block names of the two transforms (WinogradConv2D names its TE computes with these).
 

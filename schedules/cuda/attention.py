@@ -23,7 +23,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from tvmfuse.names import IS_SCHEDULED, SCHEDULE
-from tvmfuse.passes.fuse_attention import AttentionShape
+from tvmfuse.shapes import AttentionShape
 
 from . import flash_attention
 

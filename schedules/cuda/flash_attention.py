@@ -29,7 +29,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from tvmfuse.names import IS_SCHEDULED, SCHEDULE
-from tvmfuse.passes.fuse_attention import AttentionShape
+from tvmfuse.shapes import AttentionShape
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cuda.flash_attention"

@@ -36,7 +36,7 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.s_tir.dlight.gpu.matmul import (
     auto_inline_consumer_chain, auto_inline_producers, get_index_map, get_reduction_blocks,
 )
-from ..cpu._tir import lanes_for, read_index_nodes, static_int, uses
+from ..tir_util import lanes_for, read_index_nodes, static_int, uses
 from . import cp_async  # noqa: F401 - the cp.async code generator with 64-bit source offsets
 
 #: The name a kernel of this file reports as its implementation.

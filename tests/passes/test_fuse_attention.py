@@ -7,8 +7,8 @@ from torch import nn
 from tvmfuse import api, pipeline, rules
 from tvmfuse.passes import FuseAttention
 from tvmfuse.names import FUSION as FUSION_ATTR
-from tvmfuse.passes.fuse_attention import AttentionShape
 from tvmfuse.schedules.cpu.attention import attention_kernel
+from tvmfuse.shapes import AttentionShape
 from tvmfuse.verify import verify
 from conftest import HOST
 

@@ -236,7 +236,7 @@ def test_a_zen5_gemm_over_49_rows_takes_a_tile_that_divides_them():
     padded to 52 in 4 x 4 tiles (a copy of the input, a predicated output); 7 x 2 divides them
     (49 x 256 x 256: 377 -> 428 GFLOP/s; 3x3 convs over 14x14 through Winograd 626-883 ->
     823-1007, DIVIDING_GEMM_ROWS). 196 rows keep 4 x 4, and so do 49 on a Zen 4."""
-    from tvmfuse.schedules.cpu._blocked import Tile, choose_tile
+    from tvmfuse.schedules.cpu._tiles import Tile, choose_tile
     from tvmfuse.targets import Vector
 
     zen5 = Vector(lanes=16, registers=32, core="znver5")
@@ -337,7 +337,7 @@ def test_dense_rejects_what_it_cannot_vectorize():
     (Vector(4, 16), (2, 4)),  # SSE: 16 registers, 8 accumulators (ties: more column blocks)
 ])
 def test_register_tile_fits_the_register_file(vector, tile):
-    from tvmfuse.schedules.cpu._blocked import choose_tile
+    from tvmfuse.schedules.cpu._tiles import choose_tile
 
     chosen = choose_tile(56, 256, vector)
     assert (chosen.rows, chosen.blocks) == tile
@@ -361,7 +361,7 @@ def test_deep_gemm_tiles_keep_their_weight_panel_in_the_l2(tmp_path):
     1.4 MiB weight panel per row tile, past a 1 MiB L2 (299 GFLOP/s on Zen 5 where 4 x 4, 835 KiB
     with its input rows, ran 436); at BERT's depth 768 it stays the choice. A GEMM's numbers in
     the chosen tile at depth 3072."""
-    from tvmfuse.schedules.cpu._blocked import Tile, choose_tile
+    from tvmfuse.schedules.cpu._tiles import Tile, choose_tile
 
     avx512 = Vector(16, 32)
     assert choose_tile(197, 768, avx512, tall=True, pad=True, depth=768) == Tile(3, 7, 16)
@@ -375,11 +375,23 @@ def test_deep_gemm_tiles_keep_their_weight_panel_in_the_l2(tmp_path):
     assert check.rel_err < 1e-5
 
 
+def test_the_weight_panel_budget_is_1_mib_on_cores_of_up_to_2_mib_l2():
+    """The budget SPILLED_PANEL was fitted with stays 1 MiB on the cores of 512 KiB to 2 MiB of
+    L2 that chose today's tiles; a larger L2 gives the panel half of it."""
+    from tvmfuse.schedules.cpu._tiles import panel_budget
+    from tvmfuse.targets import avx512_for
+
+    for core in ("znver4", "znver5", "emeraldrapids"):
+        assert panel_budget(avx512_for(core).vector) == 1 << 20
+    assert panel_budget(Vector(8, 16, l2_bytes=512 << 10)) == 1 << 20
+    assert panel_budget(Vector(16, 32, l2_bytes=4 << 20)) == 2 << 20
+
+
 def test_full_width_cores_take_two_block_gemm_tiles():
     """On Zen 5 (full-width 512-bit FMAs) a GEMM's 8 x 2 tile ran 2-9% faster than the 4 x 4 and
     padded 3 x 7 that Zen 4's table picks (BLOCK_EFFICIENCY_FULL_WIDTH); rows that eight pad
     much keep the tile that fits them; convs and other cores keep their tiles."""
-    from tvmfuse.schedules.cpu._blocked import Tile, choose_tile
+    from tvmfuse.schedules.cpu._tiles import Tile, choose_tile
 
     zen5, zen4 = Vector(16, 32, "znver5"), Vector(16, 32, "znver4")
     for cols, depth in ((768, 768), (2304, 768), (3072, 768), (768, 3072)):
@@ -393,7 +405,7 @@ def test_intel_server_cores_take_ten_row_two_block_gemm_tiles():
     """On Emerald Rapids a GEMM's 10 x 2 tile ran 2-6% faster than the 5 x 3 (50 rows) and
     4 x 4 (77, 197 rows) that the other tables pick (BLOCK_EFFICIENCY_INTEL); 128 rows, which
     4 divides, keep 4 x 4; convs keep their tiles. A GEMM's numbers in the 10 x 2 tile."""
-    from tvmfuse.schedules.cpu._blocked import Tile, choose_tile
+    from tvmfuse.schedules.cpu._tiles import Tile, choose_tile
 
     emr, zen4 = Vector(16, 32, "emeraldrapids"), Vector(16, 32, "znver4")
     for rows in (50, 77, 197):
@@ -413,7 +425,7 @@ def test_sixteen_register_tiles_reuse_their_weights_and_divide_the_rows():
     """In 16 registers a tile of several blocks fits one row (each weight vector used once) and
     is taken only where the output has one row; a tile's rows divide a conv's (which are not
     padded) where that keeps 3/4 of them; numbers of RegNet's 1x1 conv on 28x28 in that tile."""
-    from tvmfuse.schedules.cpu._blocked import Tile, choose_tile
+    from tvmfuse.schedules.cpu._tiles import Tile, choose_tile
 
     avx2 = Vector(8, 16)
     assert choose_tile(7, 440, avx2) == Tile(7, 1, 8)  # not 1 x 5

@@ -11,8 +11,8 @@ import pytest
 import tvm
 
 from tvmfuse import api
-from tvmfuse.passes.fuse_attention import AttentionShape
 from tvmfuse.schedules.cuda import attention, flash_attention
+from tvmfuse.shapes import AttentionShape
 from conftest import build_cuda_kernel, cuda_source, nvcc_compiles
 
 TARGET = api.get_target("cuda-sm90").tvm_target()

@@ -15,9 +15,9 @@ def measure_peak_gflops(target, threads: int) -> float:
 
     CPUs: a kernel of nothing but FMAs, generated for ``target`` (``target.vector``): each
     thread keeps 16 independent vector accumulators (enough chains to hide the FMA latency on
-    both pipes) through a long loop; 545 GFLOP/s on this 2-core Zen 5 (272 a core: 2 AVX-512
-    FMA pipes at about 4.25 GHz). PyTorch's large sgemm, the measure before, ran at 220 here,
-    below what tvmfuse's and ONNX Runtime's convs reach. CUDA: the best of 10 strict fp32
+    both pipes) through a long loop: two AVX-512 FMA pipes a core reach their clock's worth.
+    PyTorch's large sgemm ran well below it, below what tvmfuse's and ONNX Runtime's convs reach,
+    so it is no peak. CUDA: the best of 10 strict fp32
     (no TF32) PyTorch sgemms of 8192^3.
     """
     if target.is_gpu:
@@ -37,8 +37,8 @@ def fma_loop(target, threads: int, chains: int | None = None, steps: int = 200_0
     """The FMA-only kernel :func:`measure_peak_gflops` times, built for ``target``: the library
     and its arguments (``b``, then the accumulators written at the end). ``chains`` independent
     accumulators, by default as many as leave four of the vector registers free (16 on AVX-512;
-    12 on AVX2, whose 16 registers held 16 chains and the constant only by spilling one: 59
-    GFLOP/s where 12 chains ran at 160-190 on a 2-core Zen 3)."""
+    12 on AVX2, whose 16 registers hold 16 chains and the constant only by spilling one, which
+    ran at a third of 12 chains' rate)."""
     lanes = target.vector.lanes if target.vector is not None else 1
     if chains is None:
         chains = min(16, target.vector.registers - 4) if target.vector is not None else 16

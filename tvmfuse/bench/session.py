@@ -36,8 +36,8 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
     """
     # Read when TVM's pool starts: the CLI runs this before any kernel has run. Unpinned: this
     # process also hosts PyTorch's and ONNX Runtime's pools, and with TVM's workers bound to
-    # cores the FMA peak measured 269-273 GFLOP/s (one core's worth) in 2 of 3 runs and ONNX
-    # Runtime's ResNet-50 35 ms in one (19 ms otherwise); unpinned, 509-556 in 7 of 7 runs.
+    # cores the FMA peak often measured one core's worth and ONNX Runtime's ResNet-50 at times
+    # ran at half speed; unpinned, every run reached both cores.
     os.environ["TVM_NUM_THREADS"] = str(threads)
     os.environ.setdefault("TVM_BIND_THREADS", "0")
     torch.set_num_threads(threads)

@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 def add_parser(sub) -> None:
     parser = sub.add_parser("run", help="run a built library on inputs from .npy/.npz files",
                             description=__doc__)
-    parser.add_argument("build_dir", type=Path, metavar="DIR", help="a folder `tvmfuse build` wrote")
+    parser.add_argument("build_dir", type=Path, metavar="DIR",
+                        help="a folder `tvmfuse build` wrote")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--input", action="append", type=Path, metavar="FILE",
                         help="a .npy file per input in order, or one .npz holding them by name")

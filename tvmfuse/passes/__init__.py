@@ -39,5 +39,6 @@ __all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "ExpandInteg
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
            "NormalizeSqueezeAxes", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
-           "SimplifyBoundedShapes", "SpaceToDepthConv", "StoreNarrowed", "UseWgmmaGemms", "VerifyFusion",
-           "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
+           "SimplifyBoundedShapes", "SpaceToDepthConv", "StoreNarrowed", "UseWgmmaGemms",
+           "VerifyFusion", "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum",
+           "WinogradConv2D"]

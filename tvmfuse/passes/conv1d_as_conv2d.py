@@ -2,7 +2,7 @@
 
 Whisper's audio stem is two ``Conv1d`` (80 -> 384 and 384 -> 384 channels, kernel 3, over 3000
 frames). tvmfuse's conv schedules, layouts and epilogue patterns are 2-D; a conv1d fell to the
-catch-all schedule at 4 GFLOP/s: 490 ms of the encoder's 711 on 2 Zen 4 cores. As a conv2d it
+catch-all schedule and took two thirds of the encoder's time. As a conv2d it
 gets the NHWC layout, packed weights and the register-blocked schedule; the reshapes add or drop
 a unit axis and move no data.
 

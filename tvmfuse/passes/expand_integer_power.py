@@ -3,8 +3,8 @@
 
 RMSNorm (Llama, T5) squares its input with ``pow(x, 2)``, which TVM legalizes into ``powf``.
 TVM compiles CUDA with ``--use_fast_math``, where ``powf`` is ``exp2(n * log2(x))``: NaN for
-every negative ``x``, so each fp16 and bf16 Llama and T5 built for the GPU returned NaN (found on
-the H200 with benchmarks/h200/session28/first_nan.py; the CPU's libm was right). ``x * x`` is
+every negative ``x``, so each fp16 and bf16 Llama and T5 built for the GPU returned NaN (the
+CPU's libm was right). ``x * x`` is
 exact on every target and cheaper than ``powf`` (still its own kernel before the norm's
 reduction: TVM's FuseOps does not fuse an elementwise producer into a reduction).
 

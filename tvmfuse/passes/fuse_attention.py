@@ -34,40 +34,13 @@ import tvm
 from tvm import relax
 
 from .. import names
+from ..shapes import AttentionShape
 from ._rewrite import (
     NARROW_FLOATS, calls_op, dims_equal, dims_of, scalar_constant, shapes_equal,
 )
 
 #: The fusion rule this pass implements, as the build report names it.
 RULE = "tvmfuse.fused_attention"
-
-
-@dataclass(frozen=True)
-class AttentionShape:
-    """One attention call: ``batch`` x ``heads`` heads of ``head_dim``, ``seq`` queries and
-    ``kv_seq`` keys (as many unless it is cross-attention or a decoding step over a cache).
-
-    ``batch``, ``seq`` and ``kv_seq`` are symbolic (a ``PrimExpr``) where the model keeps them
-    so (``--dynamic batch,seq``). ``q``, ``k``, ``v`` are ``(channels, offset)``: the width of the
-    ``[batch, seq, channels]`` tensor each is read from and the channel where head 0 starts.
-    ``mask`` is the shape of the additive mask, broadcast to ``[batch, heads, seq, seq]``
-    (dimensions of 1 are broadcast)."""
-
-    batch: int | tvm.tirx.PrimExpr
-    seq: int | tvm.tirx.PrimExpr
-    heads: int
-    head_dim: int
-    q: tuple[int, int]
-    k: tuple[int, int]
-    v: tuple[int, int]
-    mask: tuple
-    scale: float
-    dtype: str = "float32"
-    kv_seq: int | tvm.tirx.PrimExpr | None = None
-
-    def __post_init__(self):
-        if self.kv_seq is None:
-            object.__setattr__(self, "kv_seq", self.seq)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ over the spatial axes.
 EfficientNet's head in transformers is ``AvgPool2d(1280, ceil_mode=True)`` on a 7x7 map: one
 output whose window, 1280 x 1280, is clipped to the input, so PyTorch averages the 49 values.
 TVM's lowering walks the whole window with a bounds test per step: 1280 x 1280 x 1280 channels
-tests, 954 ms of the model's 988 on 2 Zen 4 cores, for what ``mean`` does in microseconds.
+tests, nearly all of the model's time, for what ``mean`` does in microseconds.
 
 Preconditions: imported Relax (NCHW or NHWC pools with static shapes), before the fusion
 patterns.

@@ -1,4 +1,5 @@
-"""MarkGathersInjective: gathers (``take``, ``index_tensor``) tagged injective, so FuseOps fuses them.
+"""MarkGathersInjective: gathers (``take``, ``index_tensor``) tagged injective, so FuseOps fuses
+them.
 
 ``AnnotateTIROpPattern`` tags a kernel opaque when one buffer's index is read from another buffer
 (``T_take[i, j] = A[ids[i], j]``): an embedding lookup, or BERT's padding-mask gather. FuseOps then

@@ -133,7 +133,8 @@ class _Rewriter(relax.PyExprMutator):
         axis, offset = out.ty.ndim - 1, 0
         for branch in merge.branches:
             width = branch.weight.shape[1]
-            part = self.builder_.emit(relax.op.strided_slice(out, [axis], [offset], [offset + width]))
+            part = self.builder_.emit(
+                relax.op.strided_slice(out, [axis], [offset], [offset + width]))
             self.set_var_remap(branch.output, part)
             offset += width
 

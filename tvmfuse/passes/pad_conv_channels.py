@@ -4,23 +4,22 @@ channels that whole vectors do not divide pads its input's channels too.
 
 The CPU conv schedule vectorizes the output channels and cannot pad them itself (``pad_einsum``
 takes einsums, and a conv reads ``h + kh``): a 3x3 conv to 77 channels found no register tile
-and fell to the catch-all schedule at 3.3 GFLOP/s on a 2-core Zen 3
-(`benchmarks/shape_sweep.py --families conv`), where 64 or 96 channels ran at 167-174. Padded to
+and fell to the catch-all schedule, fifty times slower than 64 or 96 channels
+(``benchmarks/shape_sweep.py --families conv``). Padded to
 80, it takes the register-blocked schedule; the slice (and the bias and activation after it) is
 one elementwise kernel over the output. Channels that a narrower vector divides (24 on AVX-512:
 8 lanes) keep their tiles in a dense conv (padding them adds to its reduction's work too).
 
 A depthwise conv's vector axis is its input's channels as well as its output's, and its input is
 an activation, which the schedule does not pad either: 197 channels fell to the catch-all
-schedule at 5-7 GFLOP/s (Zen 4, Emerald Rapids; 32-672 channels: 30-50). Padded, its input is
+schedule, several times slower than 32-672 channels. Padded, its input is
 copied once into a zero-padded buffer of whole vectors, the spatial padding included where the
 strides are 1 (the copy the conv schedule makes of a padded input anyway; a strided depthwise conv
 reads through its spatial padding instead, see ``schedules/cpu/_blocked.py``), and the slice, bias
 and activation join the conv's kernel. That holds for any depthwise conv whose channels whole
-vectors do not divide: over 72 channels on AVX-512 it ran in 8-lane vectors, 55-75 GFLOP/s with
-its padding copied (a 28x28 3x3 conv, Zen 5, kernels alone), and padded to 80 in 16-lane ones at
-113-120 (96 channels: 103-123), once the tile's last, partial vector of each row was stored apart
-(``tvmfuse.passes.part_tail``); before that, padded, it ran at 33.
+vectors do not divide: over 72 channels on AVX-512 a 28x28 3x3 conv in 8-lane vectors runs
+at half the speed it reaches padded to 80 in 16-lane ones (as fast as 96 channels), with the
+tile's last, partial vector of each row stored apart (``tvmfuse.passes.part_tail``).
 
 Preconditions: after the layout passes (NHWC data, HWIO weights), dense convs (groups 1) and
 depthwise ones (groups = input channels = output channels).
@@ -32,7 +31,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
-from ..schedules.cpu._tir import lanes_for
+from ..schedules.tir_util import lanes_for
 from ._rewrite import rewrite_functions, static_shape
 
 

@@ -3,8 +3,8 @@ matmul of the input's channels with the weight.
 
 A conv's rows are the output's columns, and a map of one pixel leaves the register tile one row
 and nothing to pad (a conv is not an einsum: see ``schedules/cpu/_blocked.py``): RegNet-Y's 440
--> 110 excitation layers, whose 110 outputs no vector divides, fell to the catch-all schedule at 2
-GFLOP/s (0.27 ms of the model's 7.5 on a 2-core Zen 3). As ``[N, 1, 1, C] @ [C, O]`` the GEMM
+-> 110 excitation layers, whose 110 outputs no vector divides, fell to the catch-all schedule
+(3-4% of the model's time for a sliver of its work). As ``[N, 1, 1, C] @ [C, O]`` the GEMM
 schedule pads the columns to whole vectors, and the bias and activation after it fuse as a
 linear layer's.
 

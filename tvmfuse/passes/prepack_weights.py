@@ -11,10 +11,10 @@ are called ``<kernel>_prepacked`` on the packed constants.
 This pass then gives every kernel its own name back (reports, profiles and tuning records name
 kernels as FuseTIR did) and drops the packing functions, which nothing calls any more.
 
-Measured on two Zen 5 cores, BERT-base's GEMMs alone: 128x768x3072 + bias + ReLU 3.76 -> 2.43
-ms, 128x3072x768 3.27 -> 2.64 ms, 128x768x2304 2.25 -> 1.84 ms. Unpacked, the tile's weights
-for one reduction step are 256 bytes every ``N`` floats (12 KB apart for N = 3072): a new page
-each step.
+Packed, BERT-base's GEMMs alone run 1.2-1.5x as fast (128 x 768 x 3072 + bias + ReLU, 128 x
+3072 x 768, 128 x 768 x 2304; ``tvmfuse inspect bert-base --profile``). Unpacked, the tile's
+weights for one reduction step are 256 bytes every ``N`` floats (12 KB apart for N = 3072): a
+new page each step.
 
 Preconditions: after the schedule phase, on a module whose kernels' weights are Relax constants
 (MarkWeightsLayoutFree marked them); a weight that is a function parameter is packed on

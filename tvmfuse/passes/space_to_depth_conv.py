@@ -3,8 +3,8 @@ stride 2, 3 channels) computed as a stride-1 conv over its input rearranged spac
 
 On tensor cores a conv is an implicit GEMM whose K runs over the window's taps and, within a
 tap, the input channels; the shared-memory copies read 8 channels (16 bytes) at a time. With 3
-channels none of that holds: ResNet-50's stem ran at 54 TFLOP/s on the H200 (142 us at batch
-32, the slowest conv of the model; ``benchmarks/h200/session20``). Rearranged, each ``s x s``
+channels none of that holds: ResNet-50's stem was the slowest conv of the model on the GPU
+(``tvmfuse inspect resnet50 --target cuda-sm90 --profile``). Rearranged, each ``s x s``
 patch of the input becomes one pixel of ``s * s * Cp`` channels (``Cp`` the channels padded so
 that this is a multiple of 8), and the ``KH x KW`` window with stride ``s`` becomes a
 ``ceil(KH / s) x ceil(KW / s)`` window with stride 1 over it (the taps past KH and KW have zero

@@ -102,7 +102,8 @@ def _compare(func, outs, refs, tolerance) -> str | None:
     for i, (out, ref) in enumerate(zip(outs, refs)):
         err, tol = relative_error(out, ref), tolerance.get(str(out.dtype), 0.0)
         if not err <= tol:
-            return f"output {i} differs from the unfused ops: relative L2 error {err:.2e} > {tol:.0e}"
+            return (f"output {i} differs from the unfused ops: relative L2 error {err:.2e} > "
+                    f"{tol:.0e}")
     return None
 
 

@@ -22,8 +22,8 @@ transform and ReLU) and compute it again for each of the 4 tiles that read a val
 A rule of the rules file (``winograd_conv2d``, on for ``[avx512]`` where it was measured): the
 2.25x fewer multiplies have to pay for writing and reading ``V`` and ``M`` (4x the input and the
 output) and for weights 16/9 the size, so only convs with enough tiles and channels are rewritten
-(:data:`MIN_TILES`, :data:`MIN_CHANNELS`). On ResNet-50 (Zen 5, 2 cores) that is the 11 stride-1
-3x3 convs from 56x56 to 14x14, and the model went from 19.2 to 17.2 ms. The arithmetic differs
+(:data:`MIN_TILES`, :data:`MIN_CHANNELS`). On ResNet-50 that is the 11 stride-1 3x3 convs from
+56x56 to 14x14, and the model runs a tenth faster. The arithmetic differs
 from a direct conv by float rounding only (relative error about 1e-7).
 
 Preconditions: after ConvertLayout to NHWC/HWIO and FoldConstant; before the fusion patterns.
@@ -45,14 +45,13 @@ _AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], "float64")
 
 #: Fewest tiles (batch x ceil(H/2) x ceil(W/2)) worth transforming: the batched matmul reads each
 #: transformed weight once per tile, and ``U`` is 16/9 the direct weights' size. ResNet-50's 7x7
-#: stage (16 tiles) streamed its 16 MB ``U`` from memory in 0.66 ms a conv, in place, where the
-#: direct conv takes 0.58 ms; its 14x14 stage (49 tiles) took 0.33 ms against 0.49 ms direct.
+#: stage (16 tiles) streams its 16 MB ``U`` from memory and runs slower than the direct conv; its
+#: 14x14 stage (49 tiles) runs a third faster (``tvmfuse inspect resnet50 --profile``).
 MIN_TILES = 32
 
-#: Fewest input and output channels worth transforming: the matmul's reduction and columns.
-#: Conv-BN-ReLU 1x1 -> 3x3 -> 1x1 on 56x56 x C (NHWC throughout), median of 200 runs on Zen 5,
-#: direct against Winograd: C = 8 0.110 / 0.115 ms, 16 0.142 / 0.150, 32 0.239 / 0.209,
-#: 64 0.751 / 0.590; on 28x28: 16 0.076 / 0.076, 32 0.090 / 0.082, 128 0.677 / 0.461.
+#: Fewest input and output channels worth transforming: the matmul's reduction and columns. A
+#: Conv-BN-ReLU 1x1 -> 3x3 -> 1x1 block over C channels (56x56 and 28x28, NHWC) runs as fast or
+#: slower with Winograd at 8 and 16 channels, and faster from 32 on (9-13% at 32, 20-30% at 64-128).
 MIN_CHANNELS = 32
 
 #: The PrimFunc names of the two transforms (the kernels FuseTIR makes of them start with these).

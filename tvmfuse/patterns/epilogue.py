@@ -2,9 +2,9 @@
 for convs the layout glue that builds their input.
 
 Each pattern is ``anchor [+ bias] [+ residual] [-> activation]``, where the bias is a constant
-(as BatchNorm folding and linear layers leave it) and the residual any tensor; the variants are named
-``tvmfuse.<family>.<parts>`` (e.g. ``tvmfuse.conv_epilogue.bias_add_relu``) and longer variants
-come first, so the largest epilogue wins. Activations are matched in the decomposed form
+(as BatchNorm folding and linear layers leave it) and the residual any tensor; the variants are
+named ``tvmfuse.<family>.<parts>`` (e.g. ``tvmfuse.conv_epilogue.bias_add_relu``) and longer
+variants come first, so the largest epilogue wins. Activations are matched in the decomposed form
 torch.export gives them (SiLU is ``x * sigmoid(x)``, hardswish ``x * clip(x + 3, 0, 6) / 6``).
 
 A conv's data may come from a prologue in the same kernel (see :func:`conv_input`): the NHWC

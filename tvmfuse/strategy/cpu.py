@@ -42,10 +42,11 @@ class CpuStrategy(Strategy):
         arithmetic (error about 1e-7). TVM's own GELU calls ``erf``, which LLVM has no vector
         form of: the generated code calls libm's ``erff`` once per lane, 16 calls per vector in
         the epilogue of BERT's FFN GEMM. ``fast_exp``: sigmoid as ``1 / (1 + fast_exp(-x))``
-        for the same reason (``expf`` per lane): EfficientNet's SiLU epilogues ran its expansion
-        convs at 19 GFLOP/s; and the tanh GELU with ``topi.fast_tanh`` (GPT-2's FFN epilogue).
-        A lone tanh stays TVM's: ``fast_tanh`` there would change BERT's pooler kernel, whose
-        committed Zen 5 record cannot be re-measured on a Zen 4."""
+        for the same reason (``expf`` per lane, which slowed EfficientNet's expansion convs with
+        their SiLU epilogues several times over); and the tanh GELU with ``topi.fast_tanh``
+        (GPT-2's FFN epilogue). A lone tanh stays TVM's: ``fast_tanh`` there would change BERT's
+        pooler kernel, whose committed tuning records were measured on other CPUs than the one
+        that would have to measure them again."""
         overrides = {}
         if rules["fast_erf"].enabled:
             overrides["relax.nn.gelu"] = _fast_gelu

@@ -4,7 +4,7 @@ halves; at any row length (77 or 1000 features, a softmax over 197 keys, 768 as 
 
 The CPU schedule (``schedules/cpu/reduction.py``) reduced TVM's legalization as ``lanes`` partial
 results (``rfactor``), which needs ``lanes`` to divide the row (on 197 x 1000 a LayerNorm's two
-serial chains of 1000 scalar adds took 385 us on Zen 4, where 1024 columns took 55 us), then
+serial chains of 1000 scalar adds took seven times as long as 1024 columns), then
 reduced the lanes in a serial chain of 16 scalar adds, twice a LayerNorm row; its one
 accumulator waited on a chain of 64 dependent vector adds per pass over 1024 columns.
 ``rfactor`` of a split that does not divide loses the split's predicate (TVM 0.27: the partial
@@ -12,9 +12,8 @@ sums read past the row, relative error 2e-2 to 5e-2, measured), so the padding i
 the computation instead: the reduction runs over the row rounded up to whole vectors, and its
 last vector is the row's last ``lanes`` elements, its lanes that the vector before already
 counted weighing the reduction's identity. Every load is a whole vector inside the row (no read
-past it, no gather). On 2 cores of an Emerald Rapids, 197-row LayerNorms, kernel alone (the
-shape sweep, alternating with the previous tree): 64 columns 25-27 -> 34-44 GB/s, 77 columns
-18-21 -> 23-28, 768 columns 47-53 -> 65-85, 1024 columns 52-56 -> 67-90.
+past it, no gather). 197-row LayerNorms run 1.3-1.6x as fast so as in ``rfactor``'s form, at
+64, 77, 768 and 1024 columns (``benchmarks/kernel_bench.py layer_norm --sizes 64,77,768,1024``).
 
 These are legalizations (Relax op -> TE) of ``relax.nn.layer_norm``, ``relax.nn.rms_norm`` and
 ``relax.nn.softmax`` over the last axis, float32, rows of at least two vectors; every other call
@@ -71,7 +70,7 @@ class _Row:
         self.steps = -(-length // lanes)  # vectors, the last one overlapping its predecessor
         # independent vector accumulators: one vector add has a latency of four cycles, and a
         # LayerNorm over 1024 columns with one accumulator waits on a chain of 64 of them twice
-        # a row (Emerald Rapids: 47 GB/s, where TVM's one pass over both sums ran 54)
+        # a row, slower than TVM's own one pass over both sums
         self.accumulators = 4 if self.steps >= 8 else 2 if self.steps >= 4 else 1
 
     def reduce(self, name: str, rows: list, value, combine, identity) -> te.Tensor:

@@ -1,10 +1,10 @@
 """The tensor intrinsics a MetaSchedule search for one target needs, registered without the rest.
 
 MetaSchedule's ``TuneContext`` imports ``tvm.s_tir.tensor_intrin``, whose ``__init__`` registers
-every target's intrinsics, CUDA's first: 34 s on this 2-core Zen 4 (``python -c "import
-tvm.s_tir.tensor_intrin.cuda"``; ``import tvm`` is 4 s), paid by every ``tvmfuse tune`` on a CPU
-before its first trial. :func:`register_for` imports only the target's own module (``x86``,
-``arm_cpu`` or ``cuda``) under the package left unexecuted, so that the import in
+every target's intrinsics, CUDA's first: half a minute on two cores (``python -c "import
+tvm.s_tir.tensor_intrin.cuda"``; ``import tvm`` takes a few seconds), paid by every ``tvmfuse
+tune`` on a CPU before its first trial. :func:`register_for` imports only the target's own
+module (``x86``, ``arm_cpu`` or ``cuda``) under the package left unexecuted, so that the import in
 ``TuneContext`` finds the package already there. Another target's module can still be imported
 later in the same process (``import tvm.s_tir.tensor_intrin.cuda``, as the CUDA matmul rule does).
 """

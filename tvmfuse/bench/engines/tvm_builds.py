@@ -15,10 +15,9 @@ def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -
     """The build as a user deploys it: written as a shared library and loaded from it.
 
     Not the executable as the compiler left it in this process: the same kernels ran distilbert
-    (suite) at 42 ms in-process and 28 ms loaded from the library (medians of 36 runs each,
-    alternating in one process, Emerald Rapids), ViT 259 / 214; the kernels timed alone are the
-    same (210 GFLOP/s both, random arguments) and the constants are 64-byte aligned in both, so
-    the loss is in how the in-process constants sit in memory (not pinned down further).
+    (suite) 1.5x and ViT 1.2x as fast loaded from the library as in-process; the kernels timed
+    alone are as fast in both and the constants 64-byte aligned in both, so the loss is in how
+    the in-process constants sit in memory (not pinned down further).
     """
     import tvm  # noqa: PLC0415 - engines load their framework when prepared (see the package)
     from tvm import relax  # noqa: PLC0415
