@@ -45,7 +45,8 @@ from dataclasses import dataclass
 import tvm
 from tvm.script import tirx as T
 
-from .wgmma import GROUP_M, STAGED_PAD, Epilogue, _with_params
+from .wgmma import GROUP_M, Epilogue, with_params
+from .wgmma_tile import STAGED_PAD
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cuda.mma_gemm"
@@ -334,4 +335,4 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                     if col + e < n:
                         C[row, col + e] = epilogue(staged[r, c + e], row, col + e)
     # fmt: on
-    return _with_params(kernel, extra)
+    return with_params(kernel, extra)

@@ -45,7 +45,7 @@ import tvm
 from tvm import relax
 
 from ..names import IS_SCHEDULED, SCHEDULE, TIRX_KERNEL
-from ..schedules.cuda import mma_gemm, row_norm, wgmma
+from ..schedules.cuda import conv_match, gemm_match, mma_gemm, row_norm, wgmma, wgmma_tile
 from ._rewrite import constant_arguments
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class UseWgmmaGemms:
         self.shallow_k, self.shallow_rows = shallow_k, shallow_rows
         self.wgmma, self.mma = wgmma, mma
 
-    def takes(self, found: wgmma.GemmMatch) -> bool:
+    def takes(self, found: gemm_match.GemmMatch) -> bool:
         """Whether the wgmma kernel takes the GEMM ``found`` (rows and K, see above; N for a
         normalized one, :meth:`takes_row_norm`)."""
         if found.row_norm is not None:
@@ -80,7 +80,7 @@ class UseWgmmaGemms:
         taken: as another GEMM, with N a multiple of 8 in at most a cluster of column tiles."""
         if not self._deep_enough(m, k) or n % 8:
             return False
-        tile = wgmma.choose_wgmma_tile(m, n, k_steps=-(-k // wgmma.BLOCK_K))
+        tile = wgmma_tile.choose_wgmma_tile(m, n, k_steps=-(-k // wgmma_tile.BLOCK_K))
         return -(-n // tile.block_n) <= wgmma.MAX_CLUSTER
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -127,8 +127,8 @@ class UseWgmmaGemms:
         return _redirect_calls(builder.get(), renamed)
 
 
-def _match(func: tvm.tirx.PrimFunc) -> wgmma.GemmMatch | None:
-    for match in (wgmma.match_gemm, wgmma.match_conv, row_norm.match_gemm_row_norm):
+def _match(func: tvm.tirx.PrimFunc) -> gemm_match.GemmMatch | None:
+    for match in (gemm_match.match_gemm, conv_match.match_conv, row_norm.match_gemm_row_norm):
         for dtype in ("float16", "bfloat16"):
             found = match(func, dtype)
             if found is not None:
@@ -150,7 +150,7 @@ def _one_element(builder: relax.BlockBuilder, arg: relax.Expr) -> relax.Expr:
 def _redirect_calls(mod: tvm.IRModule, renamed: dict) -> tvm.IRModule:
     """Calls of each kernel in ``renamed`` (old GlobalVar -> new one and the index of a B to
     transpose, or None) call the new one, with their constant B ([K, N]) transposed and their
-    0-d arguments as one element (the kernels declare them so: ``wgmma.GemmMatch.kernel``)."""
+    0-d arguments as one element (the kernels declare them so: ``gemm_match.GemmMatch.kernel``)."""
 
     @relax.expr_functor.mutator
     class Redirect(relax.PyExprMutator):

@@ -1,0 +1,152 @@
+"""The wgmma GEMM kernel's tile (``wgmma.py``): the block's warpgroups, columns and pipeline
+stages, their shared memory and registers, the tile :func:`choose_wgmma_tile` picks for a GEMM's
+shape, and an NHWC conv read as the kernel's GEMM (:class:`ConvGeometry`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: Columns of K a pipeline slot holds: 64 halves are one 128-byte swizzle row.
+BLOCK_K = 64
+#: wgmma's M per warpgroup and its K per instruction.
+WG_M = 16 * 4
+WG_K = 16
+#: Threads of a warpgroup.
+WG_THREADS = 128
+#: M tiles grouped together in the launch order (L2 reuse of B's tiles).
+#: The register file of an SM, and the most registers a thread may have.
+REGISTER_FILE = 65536
+MAX_REGISTERS = 232
+#: Registers a consumer thread needs beyond its accumulators (ptxas, sm_90a, session 26).
+ACCUMULATOR_OVERHEAD = 26
+#: Floats of padding a staged accumulator row: rows 8 banks apart, not 32 (all in one bank).
+STAGED_PAD = 8
+#: Shared memory a block may use on sm_90 (227 KiB), less the barriers.
+SHARED_BYTES = 227 * 1024 - 1024
+
+
+@dataclass(frozen=True)
+class WgmmaTile:
+    """A thread block's tile: ``consumers`` warpgroups of 64 rows each, ``block_n`` columns
+    (a multiple of 16 up to 256: wgmma's N), ``stages`` pipeline slots of 64 columns of K."""
+
+    block_n: int = 256
+    stages: int = 4
+    consumers: int = 2
+    #: Blocks an SM runs at once: two overlap one block's epilogue and pipeline start with the
+    #: other's main loop, in half the registers and shared memory each.
+    blocks_per_sm: int = 1
+
+    @property
+    def block_m(self) -> int:
+        return self.consumers * WG_M
+
+    def shared_bytes(self) -> int:
+        """The pipeline's slots; the float32 accumulators are staged in the same memory."""
+        pipeline = self.stages * (self.block_m + self.block_n) * BLOCK_K * 2
+        return max(pipeline, self.block_m * (self.block_n + STAGED_PAD) * 4)
+
+    def registers(self) -> tuple[int, int]:
+        """Registers a (consumer, producer) thread holds after ``setmaxnreg``: the block's
+        share of the register file, the producer's 128 threads kept to few (one issues copies)."""
+        producer = 40
+        share = REGISTER_FILE // self.blocks_per_sm - WG_THREADS * producer
+        return min(MAX_REGISTERS, share // (WG_THREADS * self.consumers) // 8 * 8), producer
+
+    def validate(self) -> None:
+        if self.block_n % 16 or not 16 <= self.block_n <= 256:
+            raise ValueError(f"block_n {self.block_n}: wgmma takes N a multiple of 16 up to 256")
+        if self.blocks_per_sm not in (1, 2):
+            raise ValueError(f"{self.blocks_per_sm} blocks an SM: one or two")
+        if self.shared_bytes() * self.blocks_per_sm > SHARED_BYTES:
+            raise ValueError(f"{self} needs {self.shared_bytes()} bytes of shared memory")
+        # two blocks an SM: the launch bound caps every thread at its share of the file before
+        # setmaxnreg moves registers, and a consumer holds its accumulators and about
+        # ACCUMULATOR_OVERHEAD more (ptxas asked 154 for 256 columns, 128 accumulators)
+        cap = REGISTER_FILE // (self.blocks_per_sm * (self.consumers + 1) * WG_THREADS)
+        if self.blocks_per_sm > 1 and self.block_n // 2 + ACCUMULATOR_OVERHEAD > cap:
+            raise ValueError(f"{self} needs about {self.block_n // 2 + ACCUMULATOR_OVERHEAD} "
+                             f"registers a thread where two blocks an SM allow {cap}")
+
+
+#: A reduction of at most this many pipeline steps (64 of K each) is shallow: see
+#: :func:`choose_wgmma_tile`.
+SHALLOW_STEPS = 4
+
+
+def choose_wgmma_tile(m: int, n: int, sms: int = 132, conv: bool = False,
+                      k_steps: int | None = None) -> WgmmaTile:
+    """The tile with the most useful work per SM-wave: blocks that fill the last wave, columns
+    that are not past N (a 1x1 conv to 64 channels on 256-column tiles would waste 3/4);
+    wider N first where two are within 5%.
+
+    Two blocks an SM of one consumer each instead, twice the copies in flight and one block's
+    epilogue and pipeline start overlapping the other's main loop (H200,
+    ``benchmarks/cuda_conv.py``, sessions 20-21):
+
+    - a conv whose best tile is 64 columns wide: the 3x3 conv 512 -> 512 on 7x7 at batch 32
+      (72 steps of K, 112 blocks) 135 -> 190 TFLOP/s, on 56x56 x 64 (9 steps) level at 238;
+      where the best tile is wider, the two-block one (64 columns) was the slower: 14x14 x 256
+      396 -> 249, 28x28 x 128 376 -> 241;
+    - a shallow reduction (``k_steps`` up to :data:`SHALLOW_STEPS`), at most 128 columns wide:
+      ResNet-50's 1x1 convs at batch 32, 28x28 128 -> 512 (2 steps) 128 -> 158 TFLOP/s,
+      56x56 256 -> 64 (4 steps) 127 -> 141, 14x14 256 -> 1024 (4 steps) level at 200; only at
+      one step (56x56 64 -> 256) the two-consumer 256-column tile was ahead, 88 -> 83."""
+    best = None
+    for block_n in (256, 192, 128, 64):
+        tile = WgmmaTile(block_n=block_n)
+        tiles_n = math.ceil(n / block_n)
+        blocks = math.ceil(m / tile.block_m) * tiles_n
+        score = blocks / (math.ceil(blocks / sms) * sms) * n / (tiles_n * block_n)
+        if best is None or score > best[0] * 1.05:
+            best = (score, tile)
+    if conv and best[1].block_n == 64 or k_steps is not None and k_steps <= SHALLOW_STEPS:
+        return WgmmaTile(block_n=min(best[1].block_n, 128), consumers=1, blocks_per_sm=2)
+    return best[1]
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """An NHWC conv with an OHWI weight as the kernel's GEMM (an implicit GEMM): its rows are the
+    output pixels, K runs over the window's taps and, within a tap, 64 input channels a
+    pipeline step. A's tile for one step is the input under ``block_m`` output pixels shifted
+    by the tap: ``segment`` pixels of one output row a TMA copy (4-D, strided by the conv's
+    stride, zeros where the window hangs over the input's edge: the conv's padding), so the
+    im2col matrix is never stored. Rows of a tile past an output row's end are computed from
+    zeros and not stored."""
+
+    batch: int
+    height: int
+    width: int
+    channels: int
+    out_height: int
+    out_width: int
+    window: tuple[int, int]
+    stride: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    #: zeros above and left of the input
+    padding: tuple[int, int] = (0, 0)
+
+    @property
+    def segment(self) -> int:
+        """Output pixels a copy loads: the width wasting the fewest rows at the end of an
+        output row (56 -> 8, 28 -> 32, 14 -> 16, 7 -> 8), the wider where two waste as few."""
+        return min((8, 16, 32, 64), key=lambda seg: (-(-self.out_width // seg) * seg, -seg))
+
+    @property
+    def segments_per_row(self) -> int:
+        return -(-self.out_width // self.segment)
+
+    @property
+    def rows(self) -> int:
+        """The GEMM's rows with each output row padded to whole segments."""
+        return self.batch * self.out_height * self.segments_per_row * self.segment
+
+    @property
+    def channel_steps(self) -> int:
+        return -(-self.channels // BLOCK_K)
+
+    @property
+    def k_steps(self) -> int:
+        return self.window[0] * self.window[1] * self.channel_steps
