@@ -23,6 +23,7 @@ from tvm import tirx
 from tvm.script import tirx as T
 
 from tvmfuse.names import IS_SCHEDULED, SCHEDULE
+from tvmfuse.targets import SM90_GPU, GpuFacts
 from tvmfuse.passes.fuse_attention import AttentionShape
 
 from . import flash_attention
@@ -40,13 +41,14 @@ ROWS = 4
 TENSOR_CORE_MACS = 1 << 27
 
 
-def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc | None:
+def attention_kernel(shape: AttentionShape, gpu: GpuFacts = SM90_GPU) -> tirx.PrimFunc | None:
     """The scheduled CUDA kernel for ``shape``: the tensor-core kernel where it applies (float16
     and bfloat16, static shapes, heads a multiple of 16 wide), else this file's; None where
     neither does (symbolic shapes; in float32, queries and keys of different lengths) and for
-    float16 attention large enough that its unfused matmuls on tensor cores win."""
+    float16 attention large enough that its unfused matmuls on tensor cores win. The
+    tensor-core kernel's blocks are sized for ``gpu``."""
     if flash_attention.supports(shape):
-        return flash_attention.flash_attention_kernel(shape)
+        return flash_attention.flash_attention_kernel(shape, gpu=gpu)
     return simt_attention_kernel(shape)
 
 

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import tvm
 from tvm.script import tirx as T
 
+from tvmfuse.targets import SM90_GPU, GpuFacts
+
 from .wgmma import ROW_VIEWS, gemm_kernel
 from .wgmma_tile import ConvGeometry
 
@@ -47,10 +49,11 @@ class GemmMatch:
         """B's position among the kernel's parameters."""
         return [p.same_as(self.b) for p in self.func.params].index(True)
 
-    def kernel(self, tile=None, build: Callable | None = None) -> tvm.tirx.PrimFunc:
-        """The TIRx kernel, its parameters in the fused kernel's order (B now [N, K]);
-        ``build`` writes it (by default this file's :func:`gemm_kernel` with ``tile``, a
-        :class:`WgmmaTile`; ``mma_gemm.gemm_kernel`` with a ``MmaGemmTile`` takes the same
+    def kernel(self, tile=None, build: Callable | None = None,
+               gpu: GpuFacts = SM90_GPU) -> tvm.tirx.PrimFunc:
+        """The TIRx kernel for ``gpu``, its parameters in the fused kernel's order (B now
+        [N, K]); ``build`` writes it (by default :func:`wgmma.gemm_kernel` with ``tile``, a
+        ``WgmmaTile``; ``mma_gemm.gemm_kernel`` with a ``MmaGemmTile`` takes the same
         arguments)."""
         extents = [int(d) for d in self.out.shape[:-1]]
         # the epilogue's other buffers declared anew, as TIRx declares buffers (those of the
@@ -101,7 +104,7 @@ class GemmMatch:
                            a_shape=tuple(int(d) for d in self.a.shape),
                            b_shape=None if self.b_kn else tuple(int(d) for d in self.b.shape),
                            c_shape=tuple(int(d) for d in self.out.shape), conv=self.conv,
-                           row_views=views, **norm)
+                           row_views=views, gpu=gpu, **norm)
         a, b, *_, c = func.params
         params = [a if p.same_as(self.a) else b if p.same_as(self.b) else c
                   if p.same_as(self.out) else next(new for old, new in fresh if old.same_as(p))

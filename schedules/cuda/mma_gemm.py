@@ -45,6 +45,8 @@ from dataclasses import dataclass
 import tvm
 from tvm.script import tirx as T
 
+from tvmfuse.targets import SM90_GPU, GpuFacts
+
 from .wgmma import GROUP_M, Epilogue, with_params
 from .wgmma_tile import STAGED_PAD
 
@@ -58,8 +60,6 @@ PIECES = BLOCK_K // 8
 SLICE_K = 16
 SLICES = BLOCK_K // SLICE_K
 WARP = 32
-#: Shared memory a block may use on sm_80 and later (163 KiB on sm_80, 227 KiB on sm_90).
-SHARED_BYTES = {80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,9 @@ class MmaGemmTile:
         pipeline = self.stages * (self.block_m + self.block_n) * BLOCK_K * 2
         return max(pipeline, self.block_m * (self.block_n + STAGED_PAD) * 4)
 
-    def validate(self, arch: int = 90) -> None:
+    def validate(self, gpu: GpuFacts = SM90_GPU) -> None:
+        """Raise ``ValueError`` where the kernel cannot take the tile or it does not fit
+        ``gpu``."""
         if self.warp_m % 16 or self.warp_n % 16:
             raise ValueError(f"{self}: a warp's tile must be multiples of 16")
         # each thread's copies keep one piece column and rows 8 apart (its swizzle is fixed)
@@ -104,13 +106,12 @@ class MmaGemmTile:
             raise ValueError(f"{self}: the copies must divide evenly among the threads")
         if self.stages < 3:
             raise ValueError(f"{self}: at least 3 stages (the slot written is not the one read)")
-        limit = SHARED_BYTES.get(arch, SHARED_BYTES[80])
-        if self.shared_bytes() * self.blocks_per_sm > limit:
+        if self.shared_bytes() * self.blocks_per_sm > gpu.shared_memory_per_block:
             raise ValueError(f"{self} needs {self.shared_bytes()} bytes of shared memory "
                              f"a block, {self.blocks_per_sm} blocks an SM")
 
 
-def choose_tile(m: int, n: int, k: int, sms: int = 132) -> MmaGemmTile | None:
+def choose_tile(m: int, n: int, k: int, gpu: GpuFacts = SM90_GPU) -> MmaGemmTile | None:
     """This kernel's tile for an ``m x n`` GEMM summed over ``k``, or None where the
     TVM-scheduled kernel (``matmul.py``) should keep it: the block size that kernel's
     :func:`~matmul.choose_tile` picks (the one filling the SMs best), here as 4 warps of a
@@ -126,7 +127,7 @@ def choose_tile(m: int, n: int, k: int, sms: int = 132) -> MmaGemmTile | None:
     and ran slower (35.6 against 46.8 at 128 x 768 x 3072)."""
     from .matmul import choose_tile as tvm_scheduled_tile  # noqa: PLC0415
 
-    block = tvm_scheduled_tile(1, m, n, k, sms)
+    block = tvm_scheduled_tile(1, m, n, k, gpu)
     if block.block_m < 64 or block.block_n < 64:
         return None
     if (block.block_m, block.block_n) == (128, 128) and n >= 256:
@@ -140,7 +141,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                 extra: tuple[tvm.tirx.Buffer, ...] = (),
                 a_shape: tuple | None = None, b_shape: tuple | None = None,
                 c_shape: tuple | None = None, conv=None,
-                row_views: dict | None = None) -> tvm.tirx.PrimFunc:  # noqa: ARG001
+                row_views: dict | None = None,  # noqa: ARG001
+                gpu: GpuFacts = SM90_GPU) -> tvm.tirx.PrimFunc:
     """The TIRx PrimFunc ``(A [m, k], B [n, k], *extra, C [m, n])``: ``epilogue(acc, row, col)``
     gives the value stored at C[row, col] (by default the accumulator cast to ``out_dtype``),
     reading the buffers ``extra``, which become parameters; ``a_shape``, ``b_shape`` and
@@ -151,7 +153,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
     if conv is not None:
         raise ValueError("the mma.sync kernel computes GEMMs only, not implicit-GEMM convs")
     tile = tile or MmaGemmTile()
-    tile.validate()
+    tile.validate(gpu)
     if k % 8:
         raise ValueError(f"K = {k}: the copies need K a multiple of 8 (16-byte pieces)")
     bm, bn, stages, threads = tile.block_m, tile.block_n, tile.stages, tile.threads

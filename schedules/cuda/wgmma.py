@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import tvm
 from tvm.script import tirx as T
 
+from tvmfuse.targets import SM90_GPU, GpuFacts
+
 from .wgmma_tile import (
     BLOCK_K, STAGED_PAD, WG_M, WG_THREADS, ConvGeometry, WgmmaTile, choose_wgmma_tile,
 )
@@ -56,9 +58,6 @@ Epilogue = Callable[["tvm.ir.PrimExpr", "tvm.ir.PrimExpr", "tvm.ir.PrimExpr"], "
 #: Buffers of C's size an epilogue may read through an [m, n] view (see :func:`gemm_kernel`).
 ROW_VIEWS = 2
 
-#: Thread blocks a cluster may hold (portable size): a row normalization spans at most this many
-#: column tiles.
-MAX_CLUSTER = 8
 #: Threads of a warp; rows of a consumer warpgroup's 64 each of its four warps normalizes.
 WARP = 32
 WARP_ROWS = WG_M // 4
@@ -87,7 +86,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 c_shape: tuple | None = None,
                 conv: ConvGeometry | None = None,
                 row_views: dict | None = None,
-                row_norm: RowNorm | None = None) -> tvm.tirx.PrimFunc:
+                row_norm: RowNorm | None = None,
+                gpu: GpuFacts = SM90_GPU) -> tvm.tirx.PrimFunc:
     """The TIRx PrimFunc ``(A [m, k], B [n, k], *extra, C [m, n])``: ``epilogue(acc, row, col)``
     gives the value stored at C[row, col] (by default the accumulator cast to ``out_dtype``),
     reading the buffers ``extra`` (``tvm.tirx.decl_buffer``s), which become parameters.
@@ -101,11 +101,12 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     B with unit axes (a 1x1 conv's OHWI weight, [N, 1, 1, K]). With ``conv`` the kernel is that
     conv's implicit GEMM: A is its NHWC input, B its OHWI weight, rows its output pixels.
     With ``row_norm`` (a :class:`RowNorm`) the epilogue's value is a row element that the
-    kernel normalizes before the store: the column tiles of a row are one cluster's blocks."""
+    kernel normalizes before the store: the column tiles of a row are one cluster's blocks.
+    The tile is chosen for and checked against ``gpu``."""
     rows = conv.rows if conv else m  # a conv's output rows padded to whole segments
     k_steps = conv.k_steps if conv else math.ceil(k / BLOCK_K)
-    tile = tile or choose_wgmma_tile(rows, n, conv=conv is not None, k_steps=k_steps)
-    tile.validate()
+    tile = tile or choose_wgmma_tile(rows, n, gpu, conv=conv is not None, k_steps=k_steps)
+    tile.validate(gpu)
     if k % 8 or conv and conv.channels % 8:
         raise ValueError(f"K = {k}: TMA needs K (a conv's channels) a multiple of 8 "
                          "(16-byte rows)")
@@ -116,7 +117,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     # 16-byte stores where C's rows keep them aligned
     vec = 8 if n % 8 == 0 else 1
     seg = conv.segment if conv else 0
-    consumer_registers, producer_registers = tile.registers()
+    consumer_registers, producer_registers = tile.registers(gpu)
     # producer threads issuing copies: a conv's segments one a thread (their copies may land
     # before thread 0's expect_tx: the barrier's count of bytes goes below zero until then)
     copiers = bm // seg if conv else 1
@@ -141,9 +142,9 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
         if conv is not None or vec != 8 or not 1 <= len(norm_terms) <= 2:
             raise ValueError("a row normalization needs a GEMM (not a conv) with N a multiple "
                              "of 8 and one or two row sums")
-        if tiles_n > MAX_CLUSTER:
+        if tiles_n > gpu.max_cluster_size:
             raise ValueError(f"N = {n} in {tiles_n} tiles of {bn}: a normalized row spans at "
-                             f"most {MAX_CLUSTER} (a cluster)")
+                             f"most {gpu.max_cluster_size} (a cluster)")
 
     # fmt: off
     @T.prim_func(check_well_formed=False)  # the epilogue's buffers are added as parameters below

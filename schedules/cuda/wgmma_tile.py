@@ -7,23 +7,27 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tvmfuse.targets import SM90_GPU, GpuFacts
+
 #: Columns of K a pipeline slot holds: 64 halves are one 128-byte swizzle row.
 BLOCK_K = 64
-#: wgmma's M per warpgroup and its K per instruction.
+#: wgmma's M per warpgroup.
 WG_M = 16 * 4
-WG_K = 16
 #: Threads of a warpgroup.
 WG_THREADS = 128
-#: M tiles grouped together in the launch order (L2 reuse of B's tiles).
-#: The register file of an SM, and the most registers a thread may have.
-REGISTER_FILE = 65536
+#: Registers ``setmaxnreg`` gives a producer thread: one thread of its warpgroup issues the
+#: copies, so the rest of the register file goes to the consumers.
+PRODUCER_REGISTERS = 40
+#: The most registers ``setmaxnreg`` gives a consumer thread: two consumer warpgroups and the
+#: producer fill the 64 Ki register file of an SM at 2 x 232 + 40 = 504 of its 512 a thread.
 MAX_REGISTERS = 232
-#: Registers a consumer thread needs beyond its accumulators (ptxas, sm_90a, session 26).
+#: Registers a consumer thread needs beyond its accumulators, as ptxas allocates them for sm_90a
+#: (154 for a 256-column tile's 128 accumulators).
 ACCUMULATOR_OVERHEAD = 26
 #: Floats of padding a staged accumulator row: rows 8 banks apart, not 32 (all in one bank).
 STAGED_PAD = 8
-#: Shared memory a block may use on sm_90 (227 KiB), less the barriers.
-SHARED_BYTES = 227 * 1024 - 1024
+#: Shared memory a block keeps out of the pipeline's reach for its mbarriers.
+BARRIER_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -47,24 +51,27 @@ class WgmmaTile:
         pipeline = self.stages * (self.block_m + self.block_n) * BLOCK_K * 2
         return max(pipeline, self.block_m * (self.block_n + STAGED_PAD) * 4)
 
-    def registers(self) -> tuple[int, int]:
+    def registers(self, gpu: GpuFacts = SM90_GPU) -> tuple[int, int]:
         """Registers a (consumer, producer) thread holds after ``setmaxnreg``: the block's
-        share of the register file, the producer's 128 threads kept to few (one issues copies)."""
-        producer = 40
-        share = REGISTER_FILE // self.blocks_per_sm - WG_THREADS * producer
+        share of ``gpu``'s register file, the producer's 128 threads kept to few (one issues
+        copies)."""
+        producer = PRODUCER_REGISTERS
+        share = gpu.registers_per_sm // self.blocks_per_sm - WG_THREADS * producer
         return min(MAX_REGISTERS, share // (WG_THREADS * self.consumers) // 8 * 8), producer
 
-    def validate(self) -> None:
+    def validate(self, gpu: GpuFacts = SM90_GPU) -> None:
+        """Raise ``ValueError`` where wgmma cannot take the tile or it does not fit ``gpu``."""
         if self.block_n % 16 or not 16 <= self.block_n <= 256:
             raise ValueError(f"block_n {self.block_n}: wgmma takes N a multiple of 16 up to 256")
         if self.blocks_per_sm not in (1, 2):
             raise ValueError(f"{self.blocks_per_sm} blocks an SM: one or two")
-        if self.shared_bytes() * self.blocks_per_sm > SHARED_BYTES:
+        available = gpu.shared_memory_per_block - BARRIER_BYTES
+        if self.shared_bytes() * self.blocks_per_sm > available:
             raise ValueError(f"{self} needs {self.shared_bytes()} bytes of shared memory")
         # two blocks an SM: the launch bound caps every thread at its share of the file before
         # setmaxnreg moves registers, and a consumer holds its accumulators and about
-        # ACCUMULATOR_OVERHEAD more (ptxas asked 154 for 256 columns, 128 accumulators)
-        cap = REGISTER_FILE // (self.blocks_per_sm * (self.consumers + 1) * WG_THREADS)
+        # ACCUMULATOR_OVERHEAD more
+        cap = gpu.registers_per_sm // (self.blocks_per_sm * (self.consumers + 1) * WG_THREADS)
         if self.blocks_per_sm > 1 and self.block_n // 2 + ACCUMULATOR_OVERHEAD > cap:
             raise ValueError(f"{self} needs about {self.block_n // 2 + ACCUMULATOR_OVERHEAD} "
                              f"registers a thread where two blocks an SM allow {cap}")
@@ -75,9 +82,10 @@ class WgmmaTile:
 SHALLOW_STEPS = 4
 
 
-def choose_wgmma_tile(m: int, n: int, sms: int = 132, conv: bool = False,
+def choose_wgmma_tile(m: int, n: int, gpu: GpuFacts = SM90_GPU, conv: bool = False,
                       k_steps: int | None = None) -> WgmmaTile:
-    """The tile with the most useful work per SM-wave: blocks that fill the last wave, columns
+    """The tile with the most useful work per SM-wave of ``gpu``: blocks that fill the last
+    wave, columns
     that are not past N (a 1x1 conv to 64 channels on 256-column tiles would waste 3/4);
     wider N first where two are within 5%.
 
@@ -98,6 +106,7 @@ def choose_wgmma_tile(m: int, n: int, sms: int = 132, conv: bool = False,
         tile = WgmmaTile(block_n=block_n)
         tiles_n = math.ceil(n / block_n)
         blocks = math.ceil(m / tile.block_m) * tiles_n
+        sms = gpu.sm_count
         score = blocks / (math.ceil(blocks / sms) * sms) * n / (tiles_n * block_n)
         if best is None or score > best[0] * 1.05:
             best = (score, tile)

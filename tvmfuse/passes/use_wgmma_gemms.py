@@ -45,6 +45,7 @@ import tvm
 from tvm import relax
 
 from ..names import IS_SCHEDULED, SCHEDULE, TIRX_KERNEL
+from ..targets import SM90_GPU, GpuFacts
 from ..schedules.cuda import conv_match, gemm_match, mma_gemm, row_norm, wgmma, wgmma_tile
 from ._rewrite import constant_arguments
 
@@ -57,8 +58,8 @@ class UseWgmmaGemms:
 
     def __init__(self, target: tvm.target.Target, min_rows: int = 1024, min_k: int = 128,
                  shallow_k: int = 64, shallow_rows: int = 16384, wgmma: bool = True,
-                 mma: bool = False):
-        self.target = target
+                 mma: bool = False, gpu: GpuFacts = SM90_GPU):
+        self.target, self.gpu = target, gpu
         self.min_rows = min_rows
         self.min_k = min_k
         self.shallow_k, self.shallow_rows = shallow_k, shallow_rows
@@ -80,8 +81,9 @@ class UseWgmmaGemms:
         taken: as another GEMM, with N a multiple of 8 in at most a cluster of column tiles."""
         if not self._deep_enough(m, k) or n % 8:
             return False
-        tile = wgmma_tile.choose_wgmma_tile(m, n, k_steps=-(-k // wgmma_tile.BLOCK_K))
-        return -(-n // tile.block_n) <= wgmma.MAX_CLUSTER
+        tile = wgmma_tile.choose_wgmma_tile(m, n, self.gpu,
+                                            k_steps=-(-k // wgmma_tile.BLOCK_K))
+        return -(-n // tile.block_n) <= self.gpu.max_cluster_size
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         matches = {}  # GlobalVar -> (match, the mma kernel's tile or None for wgmma)
@@ -100,7 +102,7 @@ class UseWgmmaGemms:
                 elif self.wgmma and self.takes(found):
                     matches[gvar] = (found, None)
                 elif self.mma and found.conv is None:
-                    tile = mma_gemm.choose_tile(found.m, found.n, found.k)
+                    tile = mma_gemm.choose_tile(found.m, found.n, found.k, self.gpu)
                     if tile is not None:
                         matches[gvar] = (found, tile)
         constant = constant_arguments(mod)
@@ -116,7 +118,8 @@ class UseWgmmaGemms:
         builder = relax.BlockBuilder(updated)
         renamed = {}
         for gvar, (found, tile) in matches.items():
-            kernel = found.kernel() if tile is None else found.kernel(tile, mma_gemm.gemm_kernel)
+            kernel = (found.kernel(gpu=self.gpu) if tile is None
+                      else found.kernel(tile, mma_gemm.gemm_kernel, self.gpu))
             name = wgmma.NAME if tile is None else mma_gemm.NAME
             kernel = kernel.with_attrs({
                 IS_SCHEDULED: True, SCHEDULE: name, TIRX_KERNEL: True,

@@ -4,6 +4,7 @@ kernels."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import tvm
@@ -44,7 +45,7 @@ class CudaStrategy(Strategy):
         if not (wgmma or mma):
             return []
         return [UseWgmmaGemms(tvm.target.Target({**self.target.config, "arch": "sm_90a"}),
-                              wgmma=wgmma, mma=mma)]
+                              wgmma=wgmma, mma=mma, gpu=self.target.gpu)]
 
     def row_norm_takes(self, rules: dict[str, Rule]):
         """Only the GEMMs the wgmma kernel normalizes in its epilogue (rule ``wgmma_gemm``):
@@ -74,7 +75,7 @@ class CudaStrategy(Strategy):
         rules; kernels whose reductions are tiny (see ApplyScheduleRules) try the
         tensor cores too (a 1x1 conv over 40 channels is a GEMM with K = 40 and thousands of
         rows; the rule leaves a depthwise conv's one channel a group), then Fallback."""
-        mma = TensorCoreMatmul("float16")
+        mma = TensorCoreMatmul("float16", gpu=self.target.gpu)
         return ApplyScheduleRules(
             [mma, dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), WarpRows(),
              dl.gpu.GeneralReduction(), dl.gpu.Fallback()],
@@ -93,7 +94,7 @@ class CudaStrategy(Strategy):
         return {"tirx.use_async_copy": True}
 
     def attention_kernel(self):
-        return attention_kernel
+        return functools.partial(attention_kernel, gpu=self.target.gpu)
 
 
 def _mixed_pipeline():
