@@ -37,7 +37,9 @@ ROWS = 4
 #: float16 attention of at least this many multiply-adds (QK^T and PV: 2 B H S S_kv D) that the
 #: tensor-core kernel does not take is left unfused, its two batched matmuls to the tensor-core
 #: GEMM (``matmul.py``) and its softmax to a warp a row (``rows.py``): this kernel's SIMT dot
-#: products ran BERT-base's at batch 32 (805 M) at 7 TFLOP/s on the H200 (session 17).
+#: products are far slower than tensor cores once the attention is large, as BERT-base's at batch
+#: 32 (805 M; ``python -m tvmfuse inspect bert-base --target cuda-sm90 --dtype fp16 --batch 32
+#: --profile`` with and without the ``fused_attention`` rule).
 TENSOR_CORE_MACS = 1 << 27
 
 

@@ -67,8 +67,8 @@ class GemmMatch:
                                             old.name)) for old in extra]
         # a buffer shaped as the output (a residual) read where the output is stored: read as
         # [rows, columns], its element at (row, col), not through row's position in each
-        # leading axis (64-bit divisions by 196 and 14 in every element's address: ResNet-50's
-        # residual 1x1 convs ran at a third of their memory roofline)
+        # leading axis (64-bit divisions by 196 and 14 in every element's address hold
+        # ResNet-50's residual 1x1 convs far below their memory roofline)
         shape = [int(d) for d in self.out.shape]
         views = {new: None for old, new in fresh
                  if [int(d) for d in old.shape] == shape and len(shape) > 2}

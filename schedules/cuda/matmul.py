@@ -57,9 +57,9 @@ class MmaTile:
     """A thread block's work: ``warps_m x warps_n`` warps, each ``frag_m x frag_n`` fragments of
     16 x 16; ``chunk_k`` fragments of K per pipeline step, ``stages`` steps in flight;
     ``blocks_per_sm``, where given, the blocks an SM must hold at once (``__launch_bounds__``'s
-    second argument: ptxas fits the registers to it; H200, session 21: three blocks of 128 x 128
-    at 168 registers were no faster than two at 214-220, 4096^3 and BERT's GEMMs, so the tiles
-    below leave it unset)."""
+    second argument: ptxas fits the registers to it). The tiles below leave it unset: a third
+    128 x 128 block an SM, its registers cut to fit, does not run faster than two
+    (``python3 benchmarks/cuda_gemm.py --tiles 2x2x4x4x4x3,2x2x4x4x4x3x3``)."""
 
     warps_m: int
     warps_n: int
@@ -103,16 +103,15 @@ TILES = (
     MmaTile(2, 2, 1, 1),
 )
 
-#: Reductions at least this deep take K steps of 64 (``chunk_k`` 4), shallower ones steps of 32.
-#: H200, fp16 GEMM + bias (session 17, benchmarks/h200/session17): steps of 64 ran 4096^3 at
-#: 285 -> 350 TFLOP/s and BERT-base's batch-32 QKV and FFN1 GEMMs 12-28% faster on 128 x 128
-#: blocks, and every block of 64 x 64 or smaller faster (BERT b1 QKV 46 -> 52, FFN2 38 -> 44, ViT's
-#: 197 tokens 33 -> 36); at K = 64 (one step of 64) 92 -> 87. Eight-warp blocks (128 x 256,
-#: 256 x 128), four stages and two stages were no faster.
+#: Reductions at least this deep take K steps of 64 (``chunk_k`` 4), shallower ones steps of 32:
+#: a longer step halves the pipeline's barriers and issues more mmas between them, which pays
+#: where there are several steps; a reduction of one or two steps of 64 is better split in 32s
+#: that keep the pipeline going. Measured by
+#: ``python3 benchmarks/cuda_gemm.py --tiles 2x2x4x4x2x3,2x2x4x4x4x3 --no-dlight``.
 DEEP_K = 256
-#: Blocks that keep steps of 32 at any depth: 128 x 64 with steps of 64 (83 KB, two blocks an
-#: SM instead of four) ran BERT b32's N = 768 GEMMs 15-25% slower (out 179 -> 154, FFN2
-#: 218 -> 163 TFLOP/s).
+#: Blocks that keep steps of 32 at any depth: 128 x 64 with steps of 64 needs 83 KB of shared
+#: memory, so an SM holds two blocks instead of four, which slows N = 768 GEMMs (BERT's) more
+#: than the longer steps gain (``--tiles 2x2x4x2x2x3,2x2x4x2x4x3`` of the command above).
 SHALLOW_BLOCKS = ((128, 64),)
 
 

@@ -1,6 +1,8 @@
 """GEMMs on Hopper's ``wgmma``: a warp-specialized TIRx kernel fed by TMA through an mbarrier
-pipeline, for the large fp16 GEMMs where ``mma.sync`` (``matmul.py``) stops at about half of what
-the H200's tensor cores give cuBLAS.
+pipeline, for the large fp16 and bf16 GEMMs, where ``mma.sync`` (``matmul.py``, ``mma_gemm.py``)
+keeps the tensor cores busy only part of the time: an mma.sync warp waits for its operands in
+registers, a wgmma reads them from shared memory while the warpgroup goes on
+(``python3 benchmarks/cuda_gemm.py --tiles auto,mk,wgmma`` compares the three).
 
 ``C[m, n] = epilogue(sum_k A[m, k] * B[n, k], m, n)``, both operands K-major (a torch weight's
 [N, K] layout), float32 accumulation:
@@ -253,8 +255,10 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                     else:
                         # step kt: 64 channels from c0 of tap (ty, tx); thread `tid` copies
                         # segment tid of the tile, output row `noh` (image * OH + oh) from
-                        # pixel `ow` (a thread a copy: one thread computing 16 segments'
-                        # coordinates a step held the 3x3 conv on 56x56 to 100 TFLOP/s)
+                        # pixel `ow` (a thread a copy: one thread computing every segment's
+                        # coordinates serializes a step's address math ahead of its copies,
+                        # which slows the convs of many segments, 56x56 3x3:
+                        # ``python3 benchmarks/cuda_conv.py``)
                         tap = T.meta_var(kt // conv.channel_steps)
                         c0 = T.meta_var(kt % conv.channel_steps * BLOCK_K)
                         ty = T.meta_var(tap // conv.window[1])
@@ -300,7 +304,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 # the group before this one has read its slot: hand that slot back
                 T.ptx.wgmma.wait_group.sync.aligned(1)
                 if kt > 0:
-                    T.ptx.mbarrier.arrive.shared.b64(T.address_of(empty[(kt + stages - 1) % stages]))
+                    T.ptx.mbarrier.arrive.shared.b64(
+                        T.address_of(empty[(kt + stages - 1) % stages]))
             T.ptx.wgmma.wait_group.sync.aligned(0)
 
             # The accumulators go through shared memory (the pipeline's slots, free once both

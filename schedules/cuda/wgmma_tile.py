@@ -89,18 +89,18 @@ def choose_wgmma_tile(m: int, n: int, gpu: GpuFacts = SM90_GPU, conv: bool = Fal
     that are not past N (a 1x1 conv to 64 channels on 256-column tiles would waste 3/4);
     wider N first where two are within 5%.
 
-    Two blocks an SM of one consumer each instead, twice the copies in flight and one block's
-    epilogue and pipeline start overlapping the other's main loop (H200,
-    ``benchmarks/cuda_conv.py``, sessions 20-21):
+    Two blocks an SM of one consumer each instead (twice the copies in flight, one block's
+    epilogue and pipeline start overlapping the other's main loop) where a block's own work is
+    short against those fixed costs:
 
-    - a conv whose best tile is 64 columns wide: the 3x3 conv 512 -> 512 on 7x7 at batch 32
-      (72 steps of K, 112 blocks) 135 -> 190 TFLOP/s, on 56x56 x 64 (9 steps) level at 238;
-      where the best tile is wider, the two-block one (64 columns) was the slower: 14x14 x 256
-      396 -> 249, 28x28 x 128 376 -> 241;
-    - a shallow reduction (``k_steps`` up to :data:`SHALLOW_STEPS`), at most 128 columns wide:
-      ResNet-50's 1x1 convs at batch 32, 28x28 128 -> 512 (2 steps) 128 -> 158 TFLOP/s,
-      56x56 256 -> 64 (4 steps) 127 -> 141, 14x14 256 -> 1024 (4 steps) level at 200; only at
-      one step (56x56 64 -> 256) the two-consumer 256-column tile was ahead, 88 -> 83."""
+    - a conv whose best tile is 64 columns wide (few output channels: the tile's columns are
+      cheap, its rows few a block); convs whose best tile is wider lose more to the narrower
+      two-block tile than they gain;
+    - a shallow reduction (``k_steps`` up to :data:`SHALLOW_STEPS`: ResNet-50's 1x1 convs),
+      at most 128 columns wide, so that two blocks' accumulators fit the register file.
+
+    ``python3 benchmarks/cuda_conv.py --engines wgmma,wg64x4,wg64x4x1x2`` measures the choice
+    at ResNet-50's conv shapes (``--shapes`` for others)."""
     best = None
     for block_n in (256, 192, 128, 64):
         tile = WgmmaTile(block_n=block_n)
