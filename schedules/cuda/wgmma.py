@@ -128,6 +128,10 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
     stage_bytes = (a_stage + b_stage) * 2
     ab = {"float16": "f16", "bfloat16": "bf16"}[in_dtype]
     mma = f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ab}.{ab}"
+    # TMA's tile copies of 2, 3 and 4 dimensions, counted on the slot's mbarrier
+    tma_2d, tma_3d, tma_4d = (
+        f"cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        for rank in (2, 3, 4))
     if epilogue is None:
         def epilogue(acc, row, col):  # noqa: ARG001
             return T.Cast(out_dtype, acc)
@@ -246,10 +250,10 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                         T.ptx.mbarrier.arrive.expect_tx.shared.b64(T.address_of(full[s]),
                                                                    T.uint32(stage_bytes))
                     if conv is None:
-                        T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                        T.ptx[tma_2d](
                             a_smem.ptr_to([s, 0, 0]), T.address_of(a_map), kt * BLOCK_K,
                             tile_m * bm, T.address_of(full[s]))
-                        T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                        T.ptx[tma_2d](
                             b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), kt * BLOCK_K,
                             tile_n * bn, T.address_of(full[s]))
                     else:
@@ -266,14 +270,14 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                         segment = T.meta_var(tile_m * (bm // seg) + tid)
                         noh = T.meta_var(segment // conv.segments_per_row)
                         ow = T.meta_var(segment % conv.segments_per_row * seg)
-                        T.ptx["cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                        T.ptx[tma_4d](
                             a_smem.ptr_to([s, tid * seg, 0]), T.address_of(a_map), c0,
                             ow * conv.stride[1] + tx * conv.dilation[1] - conv.padding[1],
                             noh % conv.out_height * conv.stride[0]
                             + ty * conv.dilation[0] - conv.padding[0],
                             noh // conv.out_height, T.address_of(full[s]))
                         if tid == 0:
-                            T.ptx["cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"](  # noqa: E501
+                            T.ptx[tma_3d](
                                 b_smem.ptr_to([s, 0, 0]), T.address_of(b_map), c0, tap,
                                 tile_n * bn, T.address_of(full[s]))
             # every thread of a cluster arrives at its barriers: the consumers' sums take one
