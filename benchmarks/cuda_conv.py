@@ -31,7 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cuda_gemm import TARGET, build, failure, fmt, run_and_time  # noqa: E402
-from tvmfuse.schedules.cuda.wgmma import WgmmaTile, match_conv, match_gemm  # noqa: E402
+from tvmfuse.schedules.cuda.conv_match import match_conv  # noqa: E402
+from tvmfuse.schedules.cuda.gemm_match import match_gemm  # noqa: E402
+from tvmfuse.schedules.cuda.wgmma_tile import WgmmaTile  # noqa: E402
 
 #: (label, N, H, W, C, O, window, stride): ResNet-50's convs at batch 32 (torchvision's v1.5:
 #: the stride in the 3x3), then sizes no segment or tile divides.

@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tvmfuse.schedules.cuda.matmul import MmaTile, TensorCoreMatmul, choose_tile  # noqa: E402
 from tvmfuse.schedules.cuda import mma_gemm  # noqa: E402
-from tvmfuse.schedules.cuda.wgmma import WgmmaTile, gemm_kernel  # noqa: E402
+from tvmfuse.schedules.cuda.wgmma import gemm_kernel  # noqa: E402
+from tvmfuse.schedules.cuda.wgmma_tile import WgmmaTile  # noqa: E402
 from tvm.s_tir import dlight as dl  # noqa: E402
 
 #: (label, M, N, K): BERT-base's GEMMs at batch 1 and 32 (seq 128), ResNet-50's 1x1 convs as

@@ -30,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tvmfuse.schedules.cuda.row_norm import match_gemm_row_norm  # noqa: E402
 from tvmfuse.schedules.cuda.rows import WarpRows  # noqa: E402
-from tvmfuse.schedules.cuda.wgmma import WgmmaTile, match_gemm  # noqa: E402
+from tvmfuse.schedules.cuda.gemm_match import match_gemm  # noqa: E402
+from tvmfuse.schedules.cuda.wgmma_tile import WgmmaTile  # noqa: E402
 
 N = 768
 EPS = 1e-12

@@ -27,6 +27,29 @@ _CUDA_SM90 = {
 
 
 @dataclass(frozen=True)
+class GpuFacts:
+    """A CUDA GPU as the hand-written kernels of ``schedules/cuda/`` size themselves for: tiles
+    that fill whole waves of SMs, pipelines that fit a block's shared memory, a register file
+    split between warpgroups, row reductions spread over a cluster's blocks."""
+
+    #: Streaming multiprocessors (``cudaDevAttrMultiProcessorCount``).
+    sm_count: int
+    #: Shared memory one thread block may opt in to, in bytes
+    #: (``cudaDevAttrMaxSharedMemoryPerBlockOptin``).
+    shared_memory_per_block: int
+    #: 32-bit registers of one SM (``cudaDevAttrMaxRegistersPerMultiprocessor``).
+    registers_per_sm: int
+    #: Thread blocks a cluster may hold at the portable size (sm_90 and later; 1 before).
+    max_cluster_size: int
+
+
+#: Hopper, sm_90: H100 SXM and H200 alike (132 SMs, 227 KiB of shared memory a block, 64 Ki
+#: registers an SM, clusters of up to 8 blocks without the non-portable opt-in).
+SM90_GPU = GpuFacts(sm_count=132, shared_memory_per_block=227 * 1024, registers_per_sm=65536,
+                    max_cluster_size=8)
+
+
+@dataclass(frozen=True)
 class Vector:
     """A CPU core as the hand-written schedules see it: its vector unit and its L2 cache."""
 
@@ -73,6 +96,8 @@ class TargetSpec:
         CPU features the library needs at run time (checked before running here).
     vector : Vector or None
         The vector unit CPU schedules block for; None on GPUs.
+    gpu : GpuFacts or None
+        The GPU the CUDA schedules size their kernels for; None on CPUs.
     rules_section : str
         The section of the fusion rules file that overrides the defaults for this target.
     """
@@ -87,6 +112,7 @@ class TargetSpec:
     cross_cc: str | None = None
     cpu_flags: tuple[str, ...] = field(default=())
     vector: Vector | None = None
+    gpu: GpuFacts | None = None
 
     def tvm_target(self):
         import tvm  # noqa: PLC0415 - keep `import tvmfuse` light
@@ -295,6 +321,7 @@ def _cuda_sm90() -> TargetSpec:
         arch="x86_64",
         description="NVIDIA Hopper (H100/H200), CUDA source compiled when the library loads",
         rules_section="cuda",
+        gpu=SM90_GPU,
     )
 
 

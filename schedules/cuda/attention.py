@@ -24,6 +24,7 @@ from tvm.script import tirx as T
 
 from tvmfuse.names import IS_SCHEDULED, SCHEDULE
 from tvmfuse.shapes import AttentionShape
+from tvmfuse.targets import SM90_GPU, GpuFacts
 
 from . import flash_attention
 
@@ -36,17 +37,20 @@ ROWS = 4
 #: float16 attention of at least this many multiply-adds (QK^T and PV: 2 B H S S_kv D) that the
 #: tensor-core kernel does not take is left unfused, its two batched matmuls to the tensor-core
 #: GEMM (``matmul.py``) and its softmax to a warp a row (``rows.py``): this kernel's SIMT dot
-#: products ran BERT-base's at batch 32 (805 M) at 7 TFLOP/s on the H200 (session 17).
+#: products are far slower than tensor cores once the attention is large, as BERT-base's at batch
+#: 32 (805 M; ``python -m tvmfuse inspect bert-base --target cuda-sm90 --dtype fp16 --batch 32
+#: --profile`` with and without the ``fused_attention`` rule).
 TENSOR_CORE_MACS = 1 << 27
 
 
-def attention_kernel(shape: AttentionShape) -> tirx.PrimFunc | None:
+def attention_kernel(shape: AttentionShape, gpu: GpuFacts = SM90_GPU) -> tirx.PrimFunc | None:
     """The scheduled CUDA kernel for ``shape``: the tensor-core kernel where it applies (float16
     and bfloat16, static shapes, heads a multiple of 16 wide), else this file's; None where
     neither does (symbolic shapes; in float32, queries and keys of different lengths) and for
-    float16 attention large enough that its unfused matmuls on tensor cores win."""
+    float16 attention large enough that its unfused matmuls on tensor cores win. The
+    tensor-core kernel's blocks are sized for ``gpu``."""
     if flash_attention.supports(shape):
-        return flash_attention.flash_attention_kernel(shape)
+        return flash_attention.flash_attention_kernel(shape, gpu=gpu)
     return simt_attention_kernel(shape)
 
 

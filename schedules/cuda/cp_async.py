@@ -5,8 +5,8 @@ TVM's ``InjectPTXAsyncCopy`` (the pass behind ``"tirx.use_async_copy"``) calls a
 ``(void* src, int src_off)`` with the flat element offset of the copy computed in 32-bit ``int``
 arithmetic. ``src + src_off * 2`` then sign-extends a fresh 32-bit sum for every copy: in the PTX
 of the 128 x 128 GEMM tile (schedules/cuda/matmul.py) each of a step's 16 ``cp.async`` costs an
-``add.s32``, a ``cvt.s64.s32`` and an ``add.s64``, and Nsight Compute put 31% of the kernel's
-stall samples on that integer math (H200, session 21, 4096^3: ``benchmarks/h200/session21/``).
+``add.s32``, a ``cvt.s64.s32`` and an ``add.s64``, and the warps stall on that integer math
+(Nsight Compute's stall reasons for ``python3 benchmarks/cuda_gemm.py --shapes 4096,4096,4096``).
 
 :func:`cp_async` replaces TVM's code generator for that call (its ``register_codegen`` registry
 is the extension point): the same ``cp.async.{ca,cg}.shared.global`` with the optional zero-fill
@@ -68,7 +68,8 @@ def _helper(size: int, dst_bytes: int, src_bytes: int, predicated: bool) -> tupl
     """The helper's name and source: ``dst``'s offset in int (shared memory is < 4 GB), ``src``'s
     in long long."""
     variant = "cg" if size == 16 else "ca"
-    name = f"tvmfuse_cp_async{'_pred' if predicated else ''}_{variant}_{size}_{dst_bytes}_{src_bytes}"
+    name = (f"tvmfuse_cp_async{'_pred' if predicated else ''}_{variant}_{size}_{dst_bytes}"
+            f"_{src_bytes}")
     head = (f"__forceinline__ __device__ void {name}(void* dst, int dst_off, void* src, "
             f"long long src_off{', int predicate' if predicated else ''}) {{\n"
             f"  uint8_t* dst_p = (uint8_t*)dst + dst_off * {dst_bytes};\n"

@@ -30,6 +30,7 @@ from tvm.script import tirx as T
 
 from tvmfuse.names import IS_SCHEDULED, SCHEDULE
 from tvmfuse.shapes import AttentionShape
+from tvmfuse.targets import SM90_GPU, GpuFacts
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cuda.flash_attention"
@@ -38,8 +39,6 @@ WARP = 32
 BLOCK_KV = 64
 #: Elements of padding a shared-memory row (16 bytes: rows 4 banks apart).
 PAD = 8
-#: Streaming multiprocessors of the GPU the warps per block are chosen for (H100/H200: 132).
-SMS = 132
 #: ``mma`` operand types.
 _MMA_TYPES = {"float16": "fp16", "bfloat16": "bf16"}
 
@@ -53,20 +52,23 @@ def supports(shape: AttentionShape) -> bool:
             and shape.head_dim <= 256 and all(c % 8 == 0 for c in (cq, qo, ck, ko, cv, vo)))
 
 
-def choose_warps(shape: AttentionShape, sms: int = SMS) -> int:
+def choose_warps(shape: AttentionShape, gpu: GpuFacts = SM90_GPU) -> int:
     """Warps a block: four (64 query rows, K and V read once for them) while that still makes
-    a block for every SM, fewer for small batches (BERT at batch 1: 12 heads x 128 rows)."""
+    a block for every SM of ``gpu``, fewer for small batches (BERT at batch 1: 12 heads x 128
+    rows)."""
     for warps in (4, 2):
-        if shape.batch * shape.heads * -(-shape.seq // (16 * warps)) >= sms:
+        if shape.batch * shape.heads * -(-shape.seq // (16 * warps)) >= gpu.sm_count:
             return warps
     return 1
 
 
-def flash_attention_kernel(shape: AttentionShape, warps: int | None = None) -> tirx.PrimFunc:
-    """The kernel for ``shape`` (``supports(shape)`` must hold)."""
+def flash_attention_kernel(shape: AttentionShape, warps: int | None = None,
+                           gpu: GpuFacts = SM90_GPU) -> tirx.PrimFunc:
+    """The kernel for ``shape`` (``supports(shape)`` must hold), ``warps`` a block (by default
+    :func:`choose_warps`'s for ``gpu``)."""
     if not supports(shape):
         raise ValueError(f"{shape} is not taken by the tensor-core attention kernel")
-    warps = warps or choose_warps(shape)
+    warps = warps or choose_warps(shape, gpu)
     B, S, SK, H, D = shape.batch, shape.seq, shape.kv_seq, shape.heads, shape.head_dim  # noqa: N806
     (CQ, QO), (CK, KO), (CV, VO) = shape.q, shape.k, shape.v  # noqa: N806
     MB, MH, MQ, MK = shape.mask  # noqa: N806

@@ -36,6 +36,8 @@ from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.s_tir.dlight.gpu.matmul import (
     auto_inline_consumer_chain, auto_inline_producers, get_index_map, get_reduction_blocks,
 )
+from tvmfuse.targets import SM90_GPU, GpuFacts
+
 from ..tir_util import lanes_for, read_index_nodes, static_int, uses
 from . import cp_async  # noqa: F401 - the cp.async code generator with 64-bit source offsets
 
@@ -55,9 +57,9 @@ class MmaTile:
     """A thread block's work: ``warps_m x warps_n`` warps, each ``frag_m x frag_n`` fragments of
     16 x 16; ``chunk_k`` fragments of K per pipeline step, ``stages`` steps in flight;
     ``blocks_per_sm``, where given, the blocks an SM must hold at once (``__launch_bounds__``'s
-    second argument: ptxas fits the registers to it; H200, session 21: three blocks of 128 x 128
-    at 168 registers were no faster than two at 214-220, 4096^3 and BERT's GEMMs, so the tiles
-    below leave it unset)."""
+    second argument: ptxas fits the registers to it). The tiles below leave it unset: a third
+    128 x 128 block an SM, its registers cut to fit, does not run faster than two
+    (``python3 benchmarks/cuda_gemm.py --tiles 2x2x4x4x4x3,2x2x4x4x4x3x3``)."""
 
     warps_m: int
     warps_n: int
@@ -101,26 +103,25 @@ TILES = (
     MmaTile(2, 2, 1, 1),
 )
 
-#: Reductions at least this deep take K steps of 64 (``chunk_k`` 4), shallower ones steps of 32.
-#: H200, fp16 GEMM + bias (session 17, benchmarks/h200/session17): steps of 64 ran 4096^3 at
-#: 285 -> 350 TFLOP/s and BERT-base's batch-32 QKV and FFN1 GEMMs 12-28% faster on 128 x 128
-#: blocks, and every block of 64 x 64 or smaller faster (BERT b1 QKV 46 -> 52, FFN2 38 -> 44, ViT's
-#: 197 tokens 33 -> 36); at K = 64 (one step of 64) 92 -> 87. Eight-warp blocks (128 x 256,
-#: 256 x 128), four stages and two stages were no faster.
+#: Reductions at least this deep take K steps of 64 (``chunk_k`` 4), shallower ones steps of 32:
+#: a longer step halves the pipeline's barriers and issues more mmas between them, which pays
+#: where there are several steps; a reduction of one or two steps of 64 is better split in 32s
+#: that keep the pipeline going. Measured by
+#: ``python3 benchmarks/cuda_gemm.py --tiles 2x2x4x4x2x3,2x2x4x4x4x3 --no-dlight``.
 DEEP_K = 256
-#: Blocks that keep steps of 32 at any depth: 128 x 64 with steps of 64 (83 KB, two blocks an
-#: SM instead of four) ran BERT b32's N = 768 GEMMs 15-25% slower (out 179 -> 154, FFN2
-#: 218 -> 163 TFLOP/s).
+#: Blocks that keep steps of 32 at any depth: 128 x 64 with steps of 64 needs 83 KB of shared
+#: memory, so an SM holds two blocks instead of four, which slows N = 768 GEMMs (BERT's) more
+#: than the longer steps gain (``--tiles 2x2x4x2x2x3,2x2x4x2x4x3`` of the command above).
 SHALLOW_BLOCKS = ((128, 64),)
 
 
 def choose_tile(batch: int | None, m: int | None, n: int | None, k: int | None = None,
-                sms: int = 132) -> MmaTile:
+                gpu: GpuFacts = SM90_GPU) -> MmaTile:
     """The tile for a ``batch x m x n`` output summed over ``k``: the largest block whose blocks
-    fill the GPU's ``sms`` (at least one block each), scored by the share of padded work it
+    fill ``gpu``'s SMs (at least one block each), scored by the share of padded work it
     leaves, with K steps of 64 where ``k`` is at least :data:`DEEP_K` (but on
     :data:`SHALLOW_BLOCKS`); symbolic sizes take the largest tile."""
-    tile = _block_tile(batch, m, n, sms)
+    tile = _block_tile(batch, m, n, gpu.sm_count)
     deep = (k is None or k >= DEEP_K) and (tile.block_m, tile.block_n) not in SHALLOW_BLOCKS
     return dataclasses.replace(tile, chunk_k=4) if deep else tile
 
@@ -144,12 +145,14 @@ def _block_tile(batch: int | None, m: int | None, n: int | None, sms: int) -> Mm
 
 class TensorCoreMatmul(GPUScheduleRule):
     """The schedule rule: takes a kernel whose one reduction is a matmul of ``in_dtype``
-    operands; ``tile`` forces one tile (tests, tuning), else :func:`choose_tile` picks."""
+    operands; ``tile`` forces one tile (tests, tuning), else :func:`choose_tile` picks one for
+    ``gpu``."""
 
     name = NAME
 
-    def __init__(self, in_dtype: str = "float16", tile: MmaTile | None = None):
-        self.in_dtype, self.tile = in_dtype, tile
+    def __init__(self, in_dtype: str = "float16", tile: MmaTile | None = None,
+                 gpu: GpuFacts = SM90_GPU):
+        self.in_dtype, self.tile, self.gpu = in_dtype, tile, gpu
 
     def apply(self, func: tirx.PrimFunc, target, _tunable: bool) -> s_tir.Schedule | None:
         if not isinstance(func, tirx.PrimFunc) or not self.is_target_available(target):
@@ -173,13 +176,13 @@ class TensorCoreMatmul(GPUScheduleRule):
             return None
         trans_b = any(uses(stmt.reads[1].region[-1].min, var) for var in reduction)
         try:
-            return _schedule(sch, main, trans_b, self.in_dtype, accumulator, self.tile, target)
+            return _schedule(sch, main, trans_b, self.in_dtype, accumulator, self.tile, self.gpu)
         except (s_tir.ScheduleError, tvm.error.InternalError, AssertionError):
             return None  # a layout the intrinsics do not match (dlight's helpers assert)
 
 
 def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulator: str,
-              tile: MmaTile | None, target) -> s_tir.Schedule | None:
+              tile: MmaTile | None, gpu: GpuFacts) -> s_tir.Schedule | None:
     # TVM registers every CUDA intrinsic when this module is imported: about a minute on 2 cores
     from tvm.s_tir.tensor_intrin.cuda import (  # noqa: PLC0415
         get_mma_intrin_group, shared_16x16_to_ldmatrix_32x8_layout,
@@ -203,8 +206,7 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     if any(size is not None and size < MIN_EXTENT for size in (n, k)):
         return None  # a depthwise conv's one channel a group: mostly padding on tensor cores
     if tile is None:
-        sms = int(target.attrs.get("multi_processor_count", 132)) if target is not None else 132
-        tile = choose_tile(batch, m, n, k, sms)
+        tile = choose_tile(batch, m, n, k, gpu)
     # 2. whole tiles: zeros read past M, N and K, outputs past M and N not stored
     sch.pad_einsum(main, [1, tile.block_m, tile.block_n, tile.block_k])
 

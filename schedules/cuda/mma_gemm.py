@@ -14,8 +14,8 @@ later), for GPUs without wgmma and for the GEMMs the wgmma kernel does not take.
 - each step is 4 slices of 16: a slice's fragments are loaded (``ldmatrix.x4``) while the
   previous slice's ``mma.sync.m16n8k16`` run, and a quarter of the next step's copies is issued
   in every slice, so the copies' address math and issue are spread between the mmas rather
-  than bunched at the top of the step (session 21's profile of the TVM-scheduled kernel:
-  31% of its stall samples on the copies' addresses);
+  than bunched at the top of the step, where the TVM-scheduled kernel (``matmul.py``) stalls
+  on them;
 - the accumulators are staged in the freed pipeline slots, then each thread applies the
   epilogue to 8 consecutive columns and stores them as one 16-byte vector, as the wgmma kernel.
 
@@ -23,18 +23,12 @@ Sizes need not be multiples of the tile: the copies past M, N or K read nothing 
 (``cp.async``'s source size 0), and the stores skip rows and columns outside C. K must be a
 multiple of 8 (16-byte pieces).
 
-H200, fp16 + bias, B [N, K] (``benchmarks/cuda_gemm.py``, session 24, ``benchmarks/h200/
-session24/``): 4096^3 on the default tile (128 x 256, 8 warps of 64 x 64, 4 stages) 452-466
-TFLOP/s, **60-62% of torch.matmul's 756-764** (the TVM-scheduled kernel of ``matmul.py``: 353);
-the copies issued before a slice's fragment loads were faster than after them (438-440) or
-after the mmas (452); 3 stages 407-417; 256 x 128 420; 128 x 128 (two blocks an SM) 383-431.
-Session 27 (``benchmarks/h200/session27/``): the default tile 451-465 in six runs (median 461,
-61% of torch.matmul's 754-757). Tried and slower: the K loop unrolled by the stages (slots as
-constants, no guards) 381-384 (four times the loop's 276 instructions: the instruction cache,
-our reading); 128 x 128 blocks of 8 warps (64 x 32 or 32 x 64), two blocks an SM (4 warps a
-scheduler, 128 registers, a few spilled) 345-369; the last slice's mmas before the step's
-barrier level (451-458). Nsight Compute (``ncu-mk.txt``): the tensor pipe busy 73% of the
-cycles, 2 warps a scheduler, the stalls on the pipe (33%) and on fixed latencies (32%).
+The default tile (128 x 256, 8 warps of 64 x 64, 4 stages, copies issued before a slice's
+fragment loads) is the fastest of those tried at 4096^3 fp16; fewer stages, 256 x 128 blocks, two
+128 x 128 blocks an SM, the K loop unrolled by the stages (four times the instructions: the
+instruction cache) and the copies issued later in a slice were slower.
+``python3 benchmarks/cuda_gemm.py --tiles mk,mk2x4x64x64x3,mk2x2x64x64x4x0x2`` measures the tiles
+against torch.matmul.
 """
 
 from __future__ import annotations
@@ -45,7 +39,10 @@ from dataclasses import dataclass
 import tvm
 from tvm.script import tirx as T
 
-from .wgmma import GROUP_M, STAGED_PAD, Epilogue, _with_params
+from tvmfuse.targets import SM90_GPU, GpuFacts
+
+from .wgmma import GROUP_M, Epilogue, with_params
+from .wgmma_tile import STAGED_PAD
 
 #: The name a kernel of this file reports as its implementation.
 NAME = "cuda.mma_gemm"
@@ -57,8 +54,6 @@ PIECES = BLOCK_K // 8
 SLICE_K = 16
 SLICES = BLOCK_K // SLICE_K
 WARP = 32
-#: Shared memory a block may use on sm_80 and later (163 KiB on sm_80, 227 KiB on sm_90).
-SHARED_BYTES = {80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
 
 
 @dataclass(frozen=True)
@@ -94,7 +89,9 @@ class MmaGemmTile:
         pipeline = self.stages * (self.block_m + self.block_n) * BLOCK_K * 2
         return max(pipeline, self.block_m * (self.block_n + STAGED_PAD) * 4)
 
-    def validate(self, arch: int = 90) -> None:
+    def validate(self, gpu: GpuFacts = SM90_GPU) -> None:
+        """Raise ``ValueError`` where the kernel cannot take the tile or it does not fit
+        ``gpu``."""
         if self.warp_m % 16 or self.warp_n % 16:
             raise ValueError(f"{self}: a warp's tile must be multiples of 16")
         # each thread's copies keep one piece column and rows 8 apart (its swizzle is fixed)
@@ -103,29 +100,27 @@ class MmaGemmTile:
             raise ValueError(f"{self}: the copies must divide evenly among the threads")
         if self.stages < 3:
             raise ValueError(f"{self}: at least 3 stages (the slot written is not the one read)")
-        limit = SHARED_BYTES.get(arch, SHARED_BYTES[80])
-        if self.shared_bytes() * self.blocks_per_sm > limit:
+        if self.shared_bytes() * self.blocks_per_sm > gpu.shared_memory_per_block:
             raise ValueError(f"{self} needs {self.shared_bytes()} bytes of shared memory "
                              f"a block, {self.blocks_per_sm} blocks an SM")
 
 
-def choose_tile(m: int, n: int, k: int, sms: int = 132) -> MmaGemmTile | None:
+def choose_tile(m: int, n: int, k: int, gpu: GpuFacts = SM90_GPU) -> MmaGemmTile | None:
     """This kernel's tile for an ``m x n`` GEMM summed over ``k``, or None where the
     TVM-scheduled kernel (``matmul.py``) should keep it: the block size that kernel's
     :func:`~matmul.choose_tile` picks (the one filling the SMs best), here as 4 warps of a
     quarter of it each and 4 stages, a 128 x 128 block over 256 columns or more as 128 x 256
     (8 warps of 64 x 64); None where that block is narrower than 64 rows or columns.
 
-    H200, fp16 + bias (session 24, ``benchmarks/h200/session24/cuda-gemm-small.json``,
-    TFLOP/s, this kernel against ``matmul.py``'s on the same block): 64 x 64 blocks at BERT's
-    batch-1 QKV and FFN1 (128 x 2304 / 3072 x 768) 69.5 / 90.8 against 51.8 / 65.9; 128 x 64 at
-    ViT's FFN1 (197 x 3072 x 768) 106.8 against 65.4; 784 x 512 x 128 level (25.6 / 25.8);
-    4096 rows on 128 x 128: 283-383 against 207-353. Where ``matmul.py`` picks 32-wide blocks
-    (N = 768 at 128 rows, the classifier, 49 rows) this kernel's 64-wide ones filled fewer SMs
-    and ran slower (35.6 against 46.8 at 128 x 768 x 3072)."""
+    On the same block this kernel is the faster of the two (its copies spread between the
+    mmas, its epilogue stored 16 bytes a thread: BERT's batch-1 QKV and FFN1 on 64 x 64, ViT's
+    FFN1 on 128 x 64); where ``matmul.py`` picks blocks 32 wide (BERT's N = 768 at 128 rows, a
+    classifier over 49 rows) this kernel's 64-wide ones fill fewer SMs and are slower, hence
+    None. Compared by
+    ``python3 benchmarks/cuda_gemm.py --tiles auto,mk --shapes '128,2304,768;197,3072,768'``."""
     from .matmul import choose_tile as tvm_scheduled_tile  # noqa: PLC0415
 
-    block = tvm_scheduled_tile(1, m, n, k, sms)
+    block = tvm_scheduled_tile(1, m, n, k, gpu)
     if block.block_m < 64 or block.block_n < 64:
         return None
     if (block.block_m, block.block_n) == (128, 128) and n >= 256:
@@ -139,7 +134,8 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                 extra: tuple[tvm.tirx.Buffer, ...] = (),
                 a_shape: tuple | None = None, b_shape: tuple | None = None,
                 c_shape: tuple | None = None, conv=None,
-                row_views: dict | None = None) -> tvm.tirx.PrimFunc:  # noqa: ARG001
+                row_views: dict | None = None,  # noqa: ARG001
+                gpu: GpuFacts = SM90_GPU) -> tvm.tirx.PrimFunc:
     """The TIRx PrimFunc ``(A [m, k], B [n, k], *extra, C [m, n])``: ``epilogue(acc, row, col)``
     gives the value stored at C[row, col] (by default the accumulator cast to ``out_dtype``),
     reading the buffers ``extra``, which become parameters; ``a_shape``, ``b_shape`` and
@@ -150,7 +146,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
     if conv is not None:
         raise ValueError("the mma.sync kernel computes GEMMs only, not implicit-GEMM convs")
     tile = tile or MmaGemmTile()
-    tile.validate()
+    tile.validate(gpu)
     if k % 8:
         raise ValueError(f"K = {k}: the copies need K a multiple of 8 (16-byte pieces)")
     bm, bn, stages, threads = tile.block_m, tile.block_n, tile.stages, tile.threads
@@ -334,4 +330,4 @@ def gemm_kernel(m: int, n: int, k: int, tile: MmaGemmTile | None = None,
                     if col + e < n:
                         C[row, col + e] = epilogue(staged[r, c + e], row, col + e)
     # fmt: on
-    return _with_params(kernel, extra)
+    return with_params(kernel, extra)

@@ -17,14 +17,13 @@ import math
 from dataclasses import dataclass
 
 import tvm
-from .wgmma import (
-    GemmMatch, RowNorm, _inline_blocks, _is_identity, _matmul, _rebuild, _reduces,
-)
+from .gemm_match import GemmMatch, inline_blocks, is_identity, match_matmul, rebuild, reduces
+from .wgmma import RowNorm
 
 
 @dataclass(frozen=True)
 class RowNormMatch:
-    """The normalization after a :class:`~wgmma.GemmMatch`'s GEMM: the row element buffer
+    """The normalization after a :class:`~gemm_match.GemmMatch`'s GEMM: the row element buffer
     ``x`` (the match's epilogue computes it), the row sums (buffer, the block's iterators,
     its term), and the stored value with its iterators."""
 
@@ -48,18 +47,18 @@ class RowNormMatch:
 
         def term(index):
             _, iters, value = self.sums[index]
-            return lambda x, row, col, sums: _rebuild(value, reader(x, sums),
+            return lambda x, row, col, sums: rebuild(value, reader(x, sums),
                                                       bind(iters, row, col), fresh)
 
         def output(x, row, col, sums):
-            return _rebuild(self.out_value, reader(x, sums), bind(self.out_iters, row, col), fresh)
+            return rebuild(self.out_value, reader(x, sums), bind(self.out_iters, row, col), fresh)
 
         return RowNorm(str(self.x.dtype), tuple(term(i) for i in range(len(self.sums))), output)
 
 
 def match_gemm_row_norm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> GemmMatch | None:
     """The GEMM + row normalization ``func`` computes (see the module docstring), as a
-    :class:`~wgmma.GemmMatch` whose epilogue computes the row element and whose ``row_norm``
+    :class:`~gemm_match.GemmMatch` whose epilogue computes the row element and whose ``row_norm``
     is the rest; None where ``func`` is not one."""
     from tvm import s_tir  # noqa: PLC0415
 
@@ -68,18 +67,18 @@ def match_gemm_row_norm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> G
         blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
     except Exception:  # noqa: BLE001 - a kernel written without blocks is not ours to take
         return None
-    reductions = [b for b in blocks if _reduces(sch.get(b))]
+    reductions = [b for b in blocks if reduces(sch.get(b))]
     if len(reductions) not in (2, 3) or not func.params:
         return None
     matmul, first_sum = reductions[0], sch.get(reductions[1])
-    found = _matmul(sch.get(matmul), func.params, in_dtype)
+    found = match_matmul(sch.get(matmul), func.params, in_dtype)
     if found is None:
         return None
     a, b, accumulator, spatial, b_kn = found
     x = next((r.source for r in first_sum.reads if not r.source.same_as(first_sum.writes[0].source)
               and len(r.source.shape) == len(spatial)), None)
     out = func.params[-1]
-    if x is None or x.same_as(accumulator) or not _inline_blocks(
+    if x is None or x.same_as(accumulator) or not inline_blocks(
             sch, matmul, out, keep={x} | {sch.get(r).writes[0].source for r in reductions[1:]}):
         return None
     blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
@@ -98,7 +97,7 @@ def match_gemm_row_norm(func: tvm.tirx.PrimFunc, in_dtype: str = "float16") -> G
     # (A or B read again, a residual that is the GEMM's own input, is not taken: the kernel
     # reads its operands through TMA only)
     params = [p for p in sch.mod["main"].params if not (p.same_as(a) or p.same_as(b))]
-    if not _reads_only(x_value[1], lambda load: _is_identity(load.indices, x_value[0])
+    if not _reads_only(x_value[1], lambda load: is_identity(load.indices, x_value[0])
                        if load.source.same_as(accumulator) else _is_param(load, params)):
         return None
     sum_buffers = [buffer for buffer, _, _ in sums]
@@ -121,8 +120,8 @@ def _element(block, buffer, extents):
     at its iterators, else None."""
     store = block.body
     iters = tuple(iv.var for iv in block.iter_vars)
-    if (_reduces(block) or not isinstance(store, tvm.tirx.BufferStore)
-            or not store.buffer.same_as(buffer) or not _is_identity(store.indices, iters)
+    if (reduces(block) or not isinstance(store, tvm.tirx.BufferStore)
+            or not store.buffer.same_as(buffer) or not is_identity(store.indices, iters)
             or [int(iv.dom.extent) for iv in block.iter_vars] != extents):
         return None
     return iters, store.value
@@ -137,22 +136,22 @@ def _row_sum(block, x, extents):
     if (not isinstance(store, tvm.tirx.BufferStore) or kinds[:-1].count(
             tvm.tirx.IterVar.DataPar) != len(kinds) - 1 or kinds[-1] == tvm.tirx.IterVar.DataPar
             or [int(iv.dom.extent) for iv in block.iter_vars] != extents
-            or not _is_identity(store.indices, iters[:-1]) or str(store.buffer.dtype) != "float32"
+            or not is_identity(store.indices, iters[:-1]) or str(store.buffer.dtype) != "float32"
             or not isinstance(init, tvm.tirx.BufferStore)
             or not isinstance(init.value, tvm.tirx.FloatImm) or init.value.value != 0
             or not isinstance(store.value, tvm.ir.prim.expr.Add)
             or not isinstance(store.value.a, tvm.ir.TensorLoad)
             or not store.value.a.source.same_as(store.buffer)
-            or not _is_identity(store.value.a.indices, iters[:-1])):
+            or not is_identity(store.value.a.indices, iters[:-1])):
         return None
     return store.buffer, iters, store.value.b
 
 
 def _reads_only(value, accept) -> bool:
-    """Every load in ``value`` passes ``accept``, and ``value`` is what ``_rebuild`` takes."""
+    """Every load in ``value`` passes ``accept``, and ``value`` is what ``rebuild`` takes."""
     loads = []
     try:
-        _rebuild(value, loads.append, {})
+        rebuild(value, loads.append, {})
     except ValueError:
         return False
     return all(accept(load) for load in loads)
@@ -166,7 +165,7 @@ def _reads_row(load, x, sums, iters, params) -> bool:
     """``load`` reads the row element ``x`` at the block's position, a sum of ``sums`` at its
     row, or a parameter."""
     if load.source.same_as(x):
-        return _is_identity(load.indices, iters)
+        return is_identity(load.indices, iters)
     if any(load.source.same_as(s) for s in sums):
-        return _is_identity(load.indices, iters[:-1])
+        return is_identity(load.indices, iters[:-1])
     return _is_param(load, params)

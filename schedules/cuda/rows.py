@@ -4,9 +4,11 @@
 dlight gives each row a block of 256 threads: a row of 128 (BERT's attention scores) leaves half
 of them idle, and every reduction (a softmax has two, max and sum) crosses eight warps through
 shared memory with two barriers. With 32 threads the reductions are warp shuffles alone and each
-lane takes ``row / 32`` elements. On the H200, BERT-base's fused scale+mask+softmax kernel at
-batch 32 (49152 rows of 128, float16 in and out) took 68 us a layer with 256 threads (session
-17's profile), 11x its bytes over the memory's bandwidth.
+lane takes ``row / 32`` elements. Short rows are where it matters: BERT-base's fused
+scale+mask+softmax at batch 32 is 49152 rows of 128, which dlight's schedule runs far from the
+memory's bandwidth (``python -m tvmfuse inspect bert-base --target cuda-sm90 --dtype fp16
+--batch 32 --profile`` times each kernel; ``python3 benchmarks/cuda_row_norm.py`` times the
+LayerNorm this schedule gives beside the GEMM before it).
 
 The schedule is dlight's, replayed with the one factor changed (the trace's splits by 256), so
 that it follows dlight's handling of the fused producers and consumers; rows longer than

@@ -67,7 +67,7 @@ def test_match_reads_the_row_element_its_sums_and_the_stored_value():
 
 
 def test_match_declines_what_the_kernel_cannot_compute():
-    from tvmfuse.schedules.cuda.wgmma import match_gemm  # noqa: PLC0415
+    from tvmfuse.schedules.cuda.gemm_match import match_gemm  # noqa: PLC0415
 
     assert match_gemm(_fused_norm(128, 768, 768)) is None  # (a GEMM with row sums after it)
     assert match_gemm_row_norm(_fused_norm(128, 768, 768, dtype="float32"), "float16") is None

@@ -1,18 +1,18 @@
 """UseWgmmaGemms: fused fp16 and bf16 GEMMs over constant weights become Hopper wgmma kernels
 (``schedules/cuda/wgmma.py``), their weights transposed to [N, K] at build time.
 
-A kernel is taken when :func:`schedules.cuda.wgmma.match_gemm` reads it as ``epilogue(A @ B)``
-(or :func:`~schedules.cuda.wgmma.match_conv` as a conv with a window or strides, which the
-kernel computes as an implicit GEMM over its NHWC input and OHWI weight) with at least
-``min_rows`` rows (below that mma.sync's smaller tiles fill the GPU better: the wgmma kernel's
-blocks are 128 rows), K of at least ``min_k`` (H200, ResNet-50's 1x1 convs at batch 32: with
-K = 64, one pipeline step, wgmma ran 56-89 TFLOP/s against mma.sync's 67-106; with K = 128-256
-on the two-block tiles of :func:`~schedules.cuda.wgmma.choose_wgmma_tile` 141-201, where the
-fused mma.sync kernels (with their residual) ran 52-120; with K = 512 223-287 against 148-180),
-or of at least ``shallow_k`` where the GEMM has ``shallow_rows`` rows or more (session 24,
-``benchmarks/h200/min-k-ab.py``, one run each: ResNet-50 fp16 b32, whose 56x56 convs over 64
-channels have 100352 rows, 1.55 -> 1.49 ms with them on wgmma; at b1, 3136 rows, 0.44 -> 0.46:
-too few 128-row blocks to fill the SMs)
+A kernel is taken when :func:`schedules.cuda.gemm_match.match_gemm` reads it as
+``epilogue(A @ B)`` (or :func:`~schedules.cuda.conv_match.match_conv` as a conv with a window or
+strides, which the kernel computes as an implicit GEMM over its NHWC input and OHWI weight) with
+at least ``min_rows`` rows (below that mma.sync's smaller tiles fill the GPU better: the wgmma
+kernel's blocks are 128 rows), K of at least ``min_k`` (one pipeline step of 64 is too short for
+the wgmma pipeline to pay for its start; from two steps on, on the two-block tiles of
+:func:`~schedules.cuda.wgmma_tile.choose_wgmma_tile`, wgmma is ahead of mma.sync: ResNet-50's
+1x1 convs at batch 32, ``python3 benchmarks/cuda_conv.py --engines mma,wgmma``), or of at least
+``shallow_k`` where the GEMM has ``shallow_rows`` rows or more (enough 128-row blocks to fill
+the SMs many times over: ResNet-50's 56x56 convs over 64 channels at batch 32, 100352 rows, are
+faster on wgmma as a whole model, at batch 1, 3136 rows, they are not; ``python -m tvmfuse bench
+resnet50 --target cuda-sm90 --dtype fp16 --batch 32`` measures it)
 and every call passes B as a Relax constant (wgmma reads both operands K-major; a legalized
 linear layer's weight is [K, N], so each call's constant is transposed here once). The kernel
 replaces the PrimFunc under the same name, marked scheduled, written in TIRx (lowered by TIRx's
@@ -28,12 +28,15 @@ batch-1 QKV and FFN1, ViT's FFN1); the rest are left to the schedule rules.
 A GEMM whose output rows are normalized in the same kernel (``layer_norm(x @ W + b +
 residual)``, rule ``layer_norm_epilogue``; :func:`~schedules.cuda.row_norm.match_gemm_row_norm`)
 becomes the wgmma kernel with the normalization in its epilogue, a row's column tiles one
-cluster's blocks (at most :data:`~schedules.cuda.wgmma.MAX_CLUSTER`): taken as other GEMMs are
+cluster's blocks (at most the target's ``GpuFacts.max_cluster_size``): taken as other GEMMs are
 (rows, K), and where N is a multiple of 8. :meth:`UseWgmmaGemms.takes_row_norm` is the same
 test on the shapes alone, which the fusion rule asks before it groups the ops (a group this pass
 left would go to a generic schedule).
 
 Preconditions: after FuseTIR, before the schedule rules (which skip what it marked scheduled).
+
+Dependencies point one way: this pass imports ``schedules/cuda`` (the matchers, the tile choice
+and the kernels it substitutes); the schedules import no pass.
 """
 
 from __future__ import annotations
@@ -45,7 +48,8 @@ import tvm
 from tvm import relax
 
 from ..names import IS_SCHEDULED, SCHEDULE, TIRX_KERNEL
-from ..schedules.cuda import mma_gemm, row_norm, wgmma
+from ..targets import SM90_GPU, GpuFacts
+from ..schedules.cuda import conv_match, gemm_match, mma_gemm, row_norm, wgmma, wgmma_tile
 from ._rewrite import constant_arguments
 
 log = logging.getLogger(__name__)
@@ -57,14 +61,14 @@ class UseWgmmaGemms:
 
     def __init__(self, target: tvm.target.Target, min_rows: int = 1024, min_k: int = 128,
                  shallow_k: int = 64, shallow_rows: int = 16384, wgmma: bool = True,
-                 mma: bool = False):
-        self.target = target
+                 mma: bool = False, gpu: GpuFacts = SM90_GPU):
+        self.target, self.gpu = target, gpu
         self.min_rows = min_rows
         self.min_k = min_k
         self.shallow_k, self.shallow_rows = shallow_k, shallow_rows
         self.wgmma, self.mma = wgmma, mma
 
-    def takes(self, found: wgmma.GemmMatch) -> bool:
+    def takes(self, found: gemm_match.GemmMatch) -> bool:
         """Whether the wgmma kernel takes the GEMM ``found`` (rows and K, see above; N for a
         normalized one, :meth:`takes_row_norm`)."""
         if found.row_norm is not None:
@@ -80,8 +84,9 @@ class UseWgmmaGemms:
         taken: as another GEMM, with N a multiple of 8 in at most a cluster of column tiles."""
         if not self._deep_enough(m, k) or n % 8:
             return False
-        tile = wgmma.choose_wgmma_tile(m, n, k_steps=-(-k // wgmma.BLOCK_K))
-        return -(-n // tile.block_n) <= wgmma.MAX_CLUSTER
+        tile = wgmma_tile.choose_wgmma_tile(m, n, self.gpu,
+                                            k_steps=-(-k // wgmma_tile.BLOCK_K))
+        return -(-n // tile.block_n) <= self.gpu.max_cluster_size
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         matches = {}  # GlobalVar -> (match, the mma kernel's tile or None for wgmma)
@@ -100,7 +105,7 @@ class UseWgmmaGemms:
                 elif self.wgmma and self.takes(found):
                     matches[gvar] = (found, None)
                 elif self.mma and found.conv is None:
-                    tile = mma_gemm.choose_tile(found.m, found.n, found.k)
+                    tile = mma_gemm.choose_tile(found.m, found.n, found.k, self.gpu)
                     if tile is not None:
                         matches[gvar] = (found, tile)
         constant = constant_arguments(mod)
@@ -116,7 +121,8 @@ class UseWgmmaGemms:
         builder = relax.BlockBuilder(updated)
         renamed = {}
         for gvar, (found, tile) in matches.items():
-            kernel = found.kernel() if tile is None else found.kernel(tile, mma_gemm.gemm_kernel)
+            kernel = (found.kernel(gpu=self.gpu) if tile is None
+                      else found.kernel(tile, mma_gemm.gemm_kernel, self.gpu))
             name = wgmma.NAME if tile is None else mma_gemm.NAME
             kernel = kernel.with_attrs({
                 IS_SCHEDULED: True, SCHEDULE: name, TIRX_KERNEL: True,
@@ -127,8 +133,8 @@ class UseWgmmaGemms:
         return _redirect_calls(builder.get(), renamed)
 
 
-def _match(func: tvm.tirx.PrimFunc) -> wgmma.GemmMatch | None:
-    for match in (wgmma.match_gemm, wgmma.match_conv, row_norm.match_gemm_row_norm):
+def _match(func: tvm.tirx.PrimFunc) -> gemm_match.GemmMatch | None:
+    for match in (gemm_match.match_gemm, conv_match.match_conv, row_norm.match_gemm_row_norm):
         for dtype in ("float16", "bfloat16"):
             found = match(func, dtype)
             if found is not None:
@@ -150,7 +156,7 @@ def _one_element(builder: relax.BlockBuilder, arg: relax.Expr) -> relax.Expr:
 def _redirect_calls(mod: tvm.IRModule, renamed: dict) -> tvm.IRModule:
     """Calls of each kernel in ``renamed`` (old GlobalVar -> new one and the index of a B to
     transpose, or None) call the new one, with their constant B ([K, N]) transposed and their
-    0-d arguments as one element (the kernels declare them so: ``wgmma.GemmMatch.kernel``)."""
+    0-d arguments as one element (the kernels declare them so: ``gemm_match.GemmMatch.kernel``)."""
 
     @relax.expr_functor.mutator
     class Redirect(relax.PyExprMutator):
