@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from .artifact import build
 from .bench.session import bench
-from .compiler import Analysis, BuildOptions, Compiled, analyze, benefit, compile_model, \
-    profile_kernels
+from .compiler import Analysis, Compiled, analyze, benefit, compile_model, profile_kernels
 from .frontend import import_model, import_torch
+from .options import BuildOptions
 from .runtime import load
 from .targets import get_target
 from .tuning.lookup import build_databases, default_database, default_databases

@@ -1,5 +1,6 @@
-"""Compiling: the build options, running the pipeline on an imported model (with what it learns
-of the model on the way: kernels, fusion groups, implementations), and TVM's build of the result.
+"""Compiling: running the pipeline on an imported model under the build options
+(:mod:`tvmfuse.options`), with what it learns of the model on the way (kernels, fusion groups,
+implementations), and TVM's build of the result.
 
 Writing the build folder is :mod:`tvmfuse.artifact`'s job; which tuning database applies is
 :mod:`tvmfuse.tuning.lookup`'s.
@@ -8,6 +9,7 @@ Writing the build folder is :mod:`tvmfuse.artifact`'s job; which tuning database
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import tempfile
 import time
@@ -19,40 +21,14 @@ import tvm
 from . import names, pipeline, profile, report, strategy
 from .errors import CompileError, TvmfuseError, one_line
 from .frontend import ImportedModel
+from .options import BuildOptions
 from .profile import Kernel
 from .report import FusionGroup, Summary
-from .rules import FUSION_RULES, load_rules
 from .targets import TargetSpec
 from .tuning import database as tuning_db
 from .tuning import lookup
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """How to compile: the CLI fills this in, the pipeline reads it.
-
-    ``database`` is a MetaSchedule JSON database folder; ``None`` takes the target's databases
-    (the user's records over the shipped ones: :mod:`tvmfuse.tuning.lookup`) when they hold
-    records, and ``use_database=False`` applies none at all.
-    ``fusion_rules`` is a rules file over the shipped defaults (see :mod:`tvmfuse.rules`).
-    ``dtype`` is the precision the kernels compute in: float32, or float16 (TVM's
-    ToMixedPrecision after the folds; inputs and outputs stay float32); ``accumulator`` is what
-    the matmuls and convs of a lower precision sum in (None: their own dtype; see
-    :mod:`tvmfuse.strategy.accumulate`). ``fusion=False`` turns
-    tvmfuse's own fusion rules off (:data:`tvmfuse.rules.FUSION_RULES`) and keeps the rest: the
-    "fusion alone" baseline, same layouts and schedules, TVM's FuseOps only.
-    """
-
-    database: Path | None = None
-    use_database: bool = True
-    dump_ir: Path | None = None
-    fusion_rules: Path | None = None
-    verify_fusion: bool = False
-    dtype: str = "float32"
-    accumulator: str | None = "float32"
-    fusion: bool = True
 
 
 @dataclass
@@ -141,6 +117,15 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
     ``options.dump_ir`` is set, numbered as :data:`tvmfuse.pipeline.PHASES` numbers the phases.
     """
     analysis = Analysis([], [], {})
+    with _applied_database(target, options, analysis, pipeline.uses_database(until)) as database:
+        mod = pipeline.run(model.mod, target, options, database=database, until=until,
+                           on_phase=_observer(model, options, analysis))
+    return mod, analysis
+
+
+def _observer(model: ImportedModel, options: BuildOptions, analysis: Analysis):
+    """``on_phase`` for a pipeline run: times each phase, lets ``analysis`` read its output, and
+    writes the IR dumps (the imported module's at once) when ``options.dump_ir`` is set."""
     clock = [time.perf_counter()]
 
     def on_phase(name, mod):
@@ -155,22 +140,21 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
         options.dump_ir.mkdir(parents=True, exist_ok=True)
         (options.dump_ir / pipeline.dump_name("import")).write_text(
             model.mod.script(show_meta=False))
-    rules = load_rules(target.rules_section, options.fusion_rules)
-    if not options.fusion:
-        rules = {name: replace(rule, enabled=False) if name in FUSION_RULES else rule
-                 for name, rule in rules.items()}
-    # The database matters only to a run that reaches the schedule phases; resolving it reads
-    # and checks every record, so a run that stops before them skips it.
-    if pipeline.uses_database(until):
+    return on_phase
+
+
+@contextlib.contextmanager
+def _applied_database(target: TargetSpec, options: BuildOptions, analysis: Analysis,
+                      needed: bool):
+    """The database folder a run applies (None: none), recorded in ``analysis``; valid inside
+    the ``with``. Resolving it reads and checks every record, so a run that stops before the
+    schedule phases (not ``needed``) skips it."""
+    if needed:
         analysis.databases = lookup.build_databases(target, options.database,
                                                     options.use_database)
     with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:
         # corrupt lines and other targets' records are left out of what the build applies
-        applied = tuning_db.usable(analysis.databases, target.config, Path(scratch))
-        pipeline_options = pipeline.PipelineOptions(rules, applied, options.verify_fusion,
-                                                    options.dtype, options.accumulator)
-        mod = pipeline.run(model.mod, target, pipeline_options, until=until, on_phase=on_phase)
-    return mod, analysis
+        yield tuning_db.usable(analysis.databases, target.config, Path(scratch))
 
 
 def benefit(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> dict:
@@ -207,9 +191,11 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
     """Run the tvmfuse pipeline on ``model`` and build it for ``target``."""
     log.info("compiling %s for %s (%s)", model.source, target.name, target.description)
     start = time.perf_counter()
+    analysis = Analysis([], [], {})
     try:
-        lowered, analysis = analyze(model, target, options, until=None)
-        executable = pipeline.lower(lowered, target)
+        with _applied_database(target, options, analysis, True) as database:
+            executable = pipeline.build(model.mod, target, options, database=database,
+                                        on_phase=_observer(model, options, analysis))
     except CompileError as err:
         raise TvmfuseError(f"TVM failed to compile {model.source} for {target.name}: {err}") \
             from err

@@ -1,4 +1,5 @@
-"""The tvmfuse compilation pipeline: imported Relax in, a VM-ready module out.
+"""The tvmfuse compilation pipeline: imported Relax and the build options in, a VM-ready module
+(:func:`run`) or its executable (:func:`build`) out.
 
 One function lists the phases in order. Each phase is a named pass, so the build can dump the IR
 after any of them (``--dump-ir``) and read the fusion groups after ``fuse_ops``.
@@ -23,42 +24,42 @@ from .passes import (
     MergeSummedConv, NarrowToBFloat16, PointConvAsMatmul, PrepackWeights, StoreNarrowed,
     VerifyFusion, WidenElementwise, WidenEpilogues,
 )
+from .options import BuildOptions
 from .patterns import fusion_patterns
-from .rules import Rule
+from .rules import FUSION_RULES, Rule, load_rules
 from .strategy import accumulate
 from .targets import TargetSpec, relax_backend
 from .verify import TOLERANCE
 
 
 @dataclass(frozen=True)
-class PipelineOptions:
-    """What the caller decides about a build; travels from the CLI to the passes."""
+class _Plan:
+    """What one pipeline run derives from its target and options, once, for every phase."""
 
-    #: The fusion rules for the target (see :mod:`tvmfuse.rules`).
+    target: TargetSpec
+    options: BuildOptions
+    #: The target's fusion rules: the shipped ones under ``options.fusion_rules``, tvmfuse's own
+    #: fusion off where ``options.fusion`` is False (see :mod:`tvmfuse.rules`).
     rules: dict[str, Rule]
-    #: A MetaSchedule JSON database (folder) whose records replace the default schedules.
-    database: Path | None = None
-    #: Check every fused group against its ops one by one; split back the ones that fail.
-    verify_fusion: bool = False
-    #: The precision kernels compute in (see :data:`PRECISIONS`).
-    dtype: str = "float32"
-    #: What the matmuls and convs of a lower precision sum in (see
-    #: :mod:`tvmfuse.strategy.accumulate`); None keeps their own dtype.
-    accumulator: str | None = "float32"
-
-    def __post_init__(self):
-        if self.dtype not in PRECISIONS:
-            raise TvmfuseError(f"tvmfuse computes in {', '.join(PRECISIONS)}, not {self.dtype}")
+    #: The MetaSchedule JSON database (folder) whose records replace the default schedules.
+    database: Path | None
+    #: The strategy of the target's family (see :mod:`tvmfuse.strategy`).
+    family: strategy.Strategy
+    tvm_target: tvm.target.Target
 
 
-#: What a build can compute in: float16 is TVM's ToMixedPrecision (convs, matmuls and what
-#: follows them in float16, inputs and outputs float32); bfloat16 the same decisions with the
-#: narrow type renamed (NarrowToBFloat16).
-PRECISIONS = ("float32", "float16", "bfloat16")
+def _plan(target: TargetSpec, options: BuildOptions, database: Path | None) -> _Plan:
+    """The rules, strategy and TVM target a run of the pipeline for ``target`` reads."""
+    rules = load_rules(target.rules_section, options.fusion_rules)
+    if not options.fusion:
+        rules = {name: replace(rule, enabled=False) if name in FUSION_RULES else rule
+                 for name, rule in rules.items()}
+    return _Plan(target, options, rules, database, strategy.for_target(target),
+                  target.tvm_target())
 
 
 #: The phases in the order they run, each with its number: IR dumps are ``NN_<phase>.py``
-#: (``00_import.py`` is the imported module), and the comments in :func:`phases` number them so.
+#: (``00_import.py`` is the imported module), and the comments in :func:`_phases` number them so.
 PHASES = ("fold", "canonicalize", "fuse_patterns", "legalize", "fuse_ops", "verify_fusion",
           "fuse_tir", "apply_database", "schedule", "prepack", "lower")
 #: The first phase that works on kernels (PrimFuncs) rather than on the graph: from here on the
@@ -95,13 +96,11 @@ def uses_database(until: str | None) -> bool:
     return until is None or PHASES.index(until) >= PHASES.index(FIRST_DATABASE_PHASE)
 
 
-def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
-    """The pipeline's phases for ``target``, in the order they run."""
-    tvm_target = target.tvm_target()
-    rules = options.rules
-    family = strategy.for_target(target)
+def _phases(plan: _Plan) -> list[Phase]:
+    """The pipeline's phases for ``plan``'s target, in the order they run."""
+    options, rules, family, tvm_target = plan.options, plan.rules, plan.family, plan.tvm_target
     prepack = family.prepacks_weights(rules)
-    backend = target.relax_backend()
+    backend = plan.target.relax_backend()
     listed = [
         # 1. Fold: constants, BatchNorm into conv weights, reshapes around linear layers,
         #    parallel matmuls on one input into one GEMM, attention into one kernel; the
@@ -167,7 +166,7 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
         # 6. The numeric gate (--verify-fusion): a group that fails to build or to match its
         #    ops run one by one is split back into them.
         Phase("verify_fusion", _if(options.verify_fusion, VerifyFusion(
-            _group_builder(target, options), _device_here(target), TOLERANCE,
+            _group_builder(plan), _device_here(plan.target), TOLERANCE,
         ))),
         # 7. Each group becomes one PrimFunc; where the strategy packs weights, the constants it
         #    reads (weights) are marked layout-free, for schedules (ours and MetaSchedule's) to
@@ -177,8 +176,8 @@ def phases(target: TargetSpec, options: PipelineOptions) -> list[Phase]:
             _if(prepack, MarkWeightsLayoutFree()),
         ])),
         # 8. Tuned records first (the database), then
-        Phase("apply_database", (ApplyDatabase(options.database, family.scheduler())
-                                 if options.database is not None
+        Phase("apply_database", (ApplyDatabase(plan.database, family.scheduler())
+                                 if plan.database is not None
                                  else tvm.transform.Sequential([]))),
         # 9. the hand-written rules from schedules/, then TVM's defaults for what is left (see
         #    tvmfuse.strategy);
@@ -228,24 +227,24 @@ def _dispatch_scans(backend, tvm_target) -> tvm.transform.Pass:
     return dispatch_scans
 
 
-def _group_builder(target: TargetSpec, options: PipelineOptions):
+def _group_builder(plan: _Plan):
     """Build a module holding one fused group the way the pipeline builds a model."""
-    def build(mod: tvm.IRModule):
-        for phase in phases(target, replace(options, verify_fusion=False)):
+    def build_group(mod: tvm.IRModule):
+        unverified = replace(plan, options=replace(plan.options, verify_fusion=False))
+        for phase in _phases(unverified):
             if phase.on_kernels:
                 mod = phase.transform(mod)
-        return lower(mod, target)
+        return _lower(mod, plan)
 
-    return build
+    return build_group
 
 
-def lower(mod: tvm.IRModule, target: TargetSpec):
-    """Compile the scheduled ``mod`` for ``target`` (TIR lowering and codegen, under the
-    options of its strategy)."""
-    family = strategy.for_target(target)
-    with tvm.transform.PassContext(opt_level=3, config=family.lowering_config()):
-        return tvm.compile(mod, target=target.tvm_target(), relax_pipeline=None,
-                           tir_pipeline=family.tir_pipeline())
+def _lower(mod: tvm.IRModule, plan: _Plan):
+    """Compile the scheduled ``mod`` for the plan's target (TIR lowering and codegen, under
+    the options of its strategy)."""
+    with tvm.transform.PassContext(opt_level=3, config=plan.family.lowering_config()):
+        return tvm.compile(mod, target=plan.tvm_target, relax_pipeline=None,
+                           tir_pipeline=plan.family.tir_pipeline())
 
 
 def _device_here(target: TargetSpec):
@@ -282,15 +281,28 @@ def _apply_database(database: Path | None) -> list[tvm.transform.Pass]:
     return [relax.transform.MetaScheduleApplyDatabase(str(database))]
 
 
-def run(mod: tvm.IRModule, target: TargetSpec, options: PipelineOptions, *, until: str | None = None,
-        on_phase=None) -> tvm.IRModule:
-    """Run the phases on ``mod`` (up to and including ``until``), calling
-    ``on_phase(name, mod)`` after each one."""
+def run(mod: tvm.IRModule, target: TargetSpec, options: BuildOptions, *,
+        database: Path | None = None, until: str | None = None, on_phase=None) -> tvm.IRModule:
+    """Run the phases on ``mod`` for ``target`` (up to and including ``until``), applying the
+    MetaSchedule JSON ``database`` (a folder, resolved by the caller) when given, and calling
+    ``on_phase(name, mod)`` after each phase."""
+    return _run(_plan(target, options, database), mod, until, on_phase)
+
+
+def build(mod: tvm.IRModule, target: TargetSpec, options: BuildOptions, *,
+          database: Path | None = None, on_phase=None):
+    """Run every phase on ``mod`` (as :func:`run` does) and compile the result for ``target``:
+    a ``tvm.relax.Executable``."""
+    plan = _plan(target, options, database)
+    return _lower(_run(plan, mod, None, on_phase), plan)
+
+
+def _run(plan: _Plan, mod: tvm.IRModule, until: str | None, on_phase) -> tvm.IRModule:
     # FuseOps' largest group is the elementwise rule's size limit.
-    config = {"relax.FuseOps.max_depth": options.rules["elementwise"].max_group_size,
-              **strategy.for_target(target).pipeline_config(options.rules)}
-    with target.tvm_target(), tvm.transform.PassContext(opt_level=3, config=config):
-        for phase in phases(target, options):
+    config = {"relax.FuseOps.max_depth": plan.rules["elementwise"].max_group_size,
+              **plan.family.pipeline_config(plan.rules)}
+    with plan.tvm_target, tvm.transform.PassContext(opt_level=3, config=config):
+        for phase in _phases(plan):
             try:
                 mod = phase.transform(mod)
             except TvmfuseError:

@@ -115,6 +115,12 @@ class TargetSpec:
     gpu: GpuFacts | None = None
 
     def tvm_target(self):
+        """The TVM target of ``config``, built once per TargetSpec and shared by everything that
+        compiles for it (the pipeline's phases, the strategy, tuning)."""
+        return self._tvm_target
+
+    @functools.cached_property
+    def _tvm_target(self):
         import tvm  # noqa: PLC0415 - keep `import tvmfuse` light
 
         return tvm.target.Target(self.config)

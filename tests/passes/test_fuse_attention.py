@@ -4,7 +4,7 @@ import torch
 import tvm
 from torch import nn
 
-from tvmfuse import api, pipeline, rules
+from tvmfuse import api, pipeline
 from tvmfuse.passes import FuseAttention
 from tvmfuse.names import FUSION as FUSION_ATTR
 from tvmfuse.schedules.cpu.attention import attention_kernel
@@ -47,9 +47,16 @@ def _inputs(batch=2, seq=12, dim=32, mask_shape=None, masked=0.3):
     return [torch.randn(batch, seq, dim), mask]
 
 
-def _folded(model, **overrides):
-    options = pipeline.PipelineOptions(rules={**rules.load_rules(HOST), **overrides})
-    return pipeline.run(model.mod, TARGET, options, until="fold")
+def _folded(model, rules_file=None):
+    return pipeline.run(model.mod, TARGET, api.BuildOptions(fusion_rules=rules_file),
+                        until="fold")
+
+
+def _off(tmp_path, rule):
+    """A rules file that turns ``rule`` off."""
+    path = tmp_path / "rules.toml"
+    path.write_text(f"[default]\n{rule} = {{ enabled = false }}\n")
+    return path
 
 
 def _calls(mod):
@@ -77,9 +84,9 @@ def test_attention_chain_becomes_one_kernel_reading_the_packed_qkv():
     assert mask.same_as(mod["main"].params[1])
 
 
-def test_separate_projections_are_read_where_they_are():
+def test_separate_projections_are_read_where_they_are(tmp_path):
     model = api.import_torch(Attention().eval(), _inputs())
-    mod = _folded(model, horizontal_matmul=rules.Rule("horizontal_matmul", enabled=False))
+    mod = _folded(model, _off(tmp_path, "horizontal_matmul"))
     assert _calls(mod).count("relax.call_tir") == 1 and _calls(mod).count("relax.matmul") == 3
 
 
@@ -103,17 +110,17 @@ class ScaleByTensor(Attention):
 
 @pytest.mark.parametrize("module", [SoftmaxOverQueries(), ScaleByTensor()],
                          ids=["softmax-not-on-keys", "scale-not-constant"])
-def test_other_chains_are_no_match(module):
+def test_other_chains_are_no_match(module, tmp_path):
     model = api.import_torch(module.eval(), _inputs())
-    mod = _folded(model, fused_attention=rules.Rule("fused_attention", enabled=False))
+    mod = _folded(model, _off(tmp_path, "fused_attention"))
     before = FuseAttention(attention_kernel)(mod)  # what the pass sees in the pipeline
     tvm.ir.assert_structural_equal(before, mod)
     assert "relax.nn.softmax" in _calls(mod)
 
 
-def test_rule_off_keeps_the_chain():
+def test_rule_off_keeps_the_chain(tmp_path):
     model = api.import_torch(Attention().eval(), _inputs())
-    mod = _folded(model, fused_attention=rules.Rule("fused_attention", enabled=False))
+    mod = _folded(model, _off(tmp_path, "fused_attention"))
     assert "relax.call_tir" not in _calls(mod) and "relax.nn.softmax" in _calls(mod)
 
 

@@ -54,8 +54,8 @@ def test_a_group_that_disagrees_is_split_back_with_a_warning(monkeypatch, caplog
 def test_a_group_that_fails_to_build_is_split_back(monkeypatch, caplog):
     make_builder = pipeline._group_builder
 
-    def failing_builder(target, options):
-        build = make_builder(target, options)
+    def failing_builder(plan):
+        build = make_builder(plan)
 
         def build_or_fail(mod):
             if any("matmul" in gv.name_hint and "fused" in gv.name_hint for gv in mod.functions):

@@ -65,6 +65,20 @@ def test_build_applies_the_database_and_lists_untuned_kernels(tuned, tmp_path):
     verify(api.load(folder), model)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_tune_covers_every_kernel_of_the_build_with_its_options(dtype, tmp_path):
+    """Tuning extracts the kernels of the build the same options make: a fp16 tune's seeds
+    (``--trials 0``) give every kernel of a fp16 build a record. (A tune that rebuilt its options
+    from the fusion rules alone tuned the float32 kernels: 1 of the fp16 build's 9 launches.)"""
+    model = api.import_model("tiny-transformer")
+    options = api.BuildOptions(database=tmp_path / TARGET.key, dtype=dtype)
+    api.tune(model, TARGET, options, trials=0, progress=False)
+    _, analysis = api.analyze(model, TARGET, options, until="schedule")
+    assert analysis.databases == (options.database,)
+    assert len(analysis.kernels) > len(analysis.written_scheduled)
+    assert analysis.untuned == []
+
+
 def test_targets_that_cannot_run_here_are_refused():
     with pytest.raises(TvmfuseError, match="cannot tune for arm64 here: .* --rpc HOST:PORT:KEY"):
         api.tune(api.import_model("tiny-resnet"), api.get_target("arm64"), api.BuildOptions(),

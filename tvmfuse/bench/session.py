@@ -28,7 +28,7 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
           threads: int, repeat: int, max_seconds: float, peak: bool,
           dtype: str = "float32") -> Report:
     """Time ``engines`` side by side on ``model``'s example inputs (``options``: the
-    :class:`tvmfuse.compiler.BuildOptions` of the TVM engines).
+    :class:`tvmfuse.options.BuildOptions` of the TVM engines).
 
     Every engine computes in ``dtype`` (float32, float16, bfloat16); its outputs are compared
     with the float32 reference (PyTorch eager, or ONNX Runtime for an ONNX file). Engines that

@@ -14,8 +14,8 @@ from .. import env
 from ..bench.engines import ENGINES, check_names
 from ..errors import TvmfuseError
 from .common import (
-    DTYPES, add_database_arguments, add_model_arguments, check_model_arguments, import_arguments,
-    positive_float, positive_int,
+    DTYPES, add_database_arguments, add_model_arguments, build_options, check_model_arguments,
+    import_arguments, positive_float, positive_int,
 )
 
 log = logging.getLogger(__name__)
@@ -59,8 +59,7 @@ def handle(args: argparse.Namespace) -> int:
     model = api.import_model(args.model, batch=args.batch, **import_arguments(args))
     report = api.bench(
         model, target, engines,
-        options=api.BuildOptions(database=args.db, use_database=not args.no_db,
-                                 fusion_rules=args.fusion_rules, verify_fusion=args.verify_fusion),
+        options=build_options(args),
         threads=threads, repeat=args.repeat, max_seconds=args.max_seconds, peak=args.peak,
         dtype=DTYPES[args.dtype],
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import env
 from ..errors import TvmfuseError
 from .common import (
-    add_database_arguments, add_model_arguments, add_rpc_argument, build_dtype,
+    add_database_arguments, add_model_arguments, add_rpc_argument, build_options,
     check_model_arguments, check_rpc, import_arguments, positive_int,
 )
 
@@ -41,7 +41,7 @@ def handle(args: argparse.Namespace) -> int:
         raise TvmfuseError("--rpc goes with --verify (time a remote build with `tvmfuse run DIR "
                            "--rpc ... --check --repeat N`)")
     check_model_arguments(args)
-    dtype = build_dtype(args)
+    options = build_options(args)
     from ..artifact import check_destination  # noqa: PLC0415 - light: before the heavy imports
 
     check_destination(args.output)
@@ -57,9 +57,6 @@ def handle(args: argparse.Namespace) -> int:
         raise TvmfuseError(f"cannot {'verify' if args.verify else 'time'} a {target.name} build "
                            f"here: {reason}; verify on its device with --rpc HOST:PORT:KEY")
     model = api.import_model(args.model, **import_arguments(args))
-    options = api.BuildOptions(database=args.db, use_database=not args.no_db, dump_ir=args.dump_ir,
-                               fusion_rules=args.fusion_rules, verify_fusion=args.verify_fusion,
-                               dtype=dtype)
     compiled = api.compile_model(model, target, options)
     loaded = {}
 

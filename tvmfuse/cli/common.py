@@ -10,11 +10,12 @@ from pathlib import Path
 
 from .. import zoo
 from ..errors import TvmfuseError
+from ..options import BuildOptions
 from ..specs import DYNAMIC_DIMS, check_dynamic, parse_shape
 from ..targets import check_name, host_target_name, target_names
 
 #: --dtype -> the precision the kernels compute in (float32 everywhere but float16 storage in
-#: a fp16 build; see tvmfuse.pipeline.PRECISIONS).
+#: a fp16 build; see tvmfuse.options.PRECISIONS).
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 class _ListZoo(argparse.Action):
@@ -77,9 +78,14 @@ def import_arguments(args: argparse.Namespace) -> dict:
     return {"input_shapes": args.input_shape, "dynamic": args.dynamic, "max_seq": args.max_seq}
 
 
-def build_dtype(args: argparse.Namespace) -> str:
-    """The precision ``--dtype`` asks a build (not a bench) for, checked before the imports."""
-    return DTYPES[args.dtype]  # every one of them a tvmfuse.pipeline.PRECISIONS
+def build_options(args: argparse.Namespace) -> BuildOptions:
+    """The build options the arguments ask for: what :func:`add_model_arguments` parsed, with
+    ``--db``/``--no-db`` and ``--dump-ir`` where the command has them. One mapping for every
+    command, so that ``tune`` tunes the kernels ``build`` builds from the same arguments."""
+    return BuildOptions(database=getattr(args, "db", None),
+                        use_database=not getattr(args, "no_db", False),
+                        dump_ir=getattr(args, "dump_ir", None), fusion_rules=args.fusion_rules,
+                        verify_fusion=args.verify_fusion, dtype=DTYPES[args.dtype])
 
 
 def add_database_arguments(parser: argparse.ArgumentParser, what: str) -> None:

@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from .common import (
-    add_database_arguments, add_model_arguments, build_dtype, check_model_arguments,
+    add_database_arguments, add_model_arguments, build_options, check_model_arguments,
     import_arguments, positive_int,
 )
 
@@ -35,18 +36,14 @@ def add_parser(sub) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     check_model_arguments(args)
-    dtype = build_dtype(args)
+    options = build_options(args)
     from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
 
     target = api.get_target(args.target)
     model = api.import_model(args.model, batch=args.batch, **import_arguments(args))
-    options = api.BuildOptions(dump_ir=args.dump_ir, fusion_rules=args.fusion_rules,
-                               verify_fusion=args.verify_fusion, dtype=dtype)
     report = api.benefit(model, target, options)
-    if args.profile:
-        report["kernels"] = api.profile_kernels(
-            model, target, api.BuildOptions(database=args.db, use_database=not args.no_db,
-                                            fusion_rules=args.fusion_rules, dtype=dtype))
+    if args.profile:  # the IR was dumped by the analysis above
+        report["kernels"] = api.profile_kernels(model, target, replace(options, dump_ir=None))
     if args.json:
         print(json.dumps(report, indent=2))
         return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import TvmfuseError
 from .common import (
-    add_model_arguments, add_rpc_argument, build_dtype, check_model_arguments, check_rpc,
+    add_model_arguments, add_rpc_argument, build_options, check_model_arguments, check_rpc,
     import_arguments, nonnegative_int, positive_int,
 )
 
@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     check_model_arguments(args, db_must_exist=False)
-    dtype = build_dtype(args)
+    options = build_options(args)
     if args.db is not None and args.db.exists() and not args.db.is_dir():
         raise TvmfuseError(f"--db {args.db} is a file, not a database folder")
     check_rpc(args.rpc)
@@ -52,7 +52,6 @@ def handle(args: argparse.Namespace) -> int:
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     target = api.get_target(args.target)
     model = api.import_model(args.model, **import_arguments(args))
-    options = api.BuildOptions(database=args.db, fusion_rules=args.fusion_rules, dtype=dtype)
     database, _ = api.tune(model, target, options, trials=args.trials,
                            trials_per_iter=args.trials_per_iter, top_k=args.top_k,
                            budget_s=args.budget, retune=args.retune, rpc=args.rpc)

@@ -16,7 +16,7 @@ resnet50 --target cuda-sm90 --dtype fp16 --batch 32`` measures it)
 and every call passes B as a Relax constant (wgmma reads both operands K-major; a legalized
 linear layer's weight is [K, N], so each call's constant is transposed here once). The kernel
 replaces the PrimFunc under the same name, marked scheduled, written in TIRx (lowered by TIRx's
-pipeline, see :func:`tvmfuse.pipeline.lower`) and bound to ``sm_90a``, the architecture wgmma
+pipeline, see :func:`tvmfuse.pipeline.build`) and bound to ``sm_90a``, the architecture wgmma
 needs.
 
 With ``mma`` (rule ``mma_gemm``), a fused GEMM (not a conv with a window) over a constant

@@ -48,9 +48,10 @@ from tvm.s_tir.analysis import estimate_tir_flops
 from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from .. import names, strategy
-from ..compiler import BuildOptions, analyze
+from ..compiler import analyze
 from ..errors import TvmfuseError
 from ..frontend import ImportedModel
+from ..options import BuildOptions
 from ..passes.apply_database import hand_written
 from ..passes.apply_schedule_rules import ApplyScheduleRules
 from ..profile import param_specs, random_args
@@ -122,8 +123,9 @@ def tune_model(model: ImportedModel, target: TargetSpec, options: BuildOptions, 
                trials_per_iter: int = 4, top_k: int | None = None, budget_s: float | None = None,
                retune: bool = False, only: list[str] | None = None, progress: bool = True,
                rpc: str | None = None):
-    """Tune ``model``'s fused kernels (or ``only`` the named ones) for ``target`` into
-    ``options.database`` (default: the user's database of the target,
+    """Tune ``model``'s fused kernels (or ``only`` the named ones), as a build under ``options``
+    makes them (its rules, precision and accumulator), for ``target`` into ``options.database``
+    (default: the user's database of the target,
     :func:`tvmfuse.tuning.lookup.user_database`): hand-written seeds for every kernel, then a
     MetaSchedule search of ``trials`` over the ``top_k`` kernels that take the most time, within
     ``budget_s``. ``rpc`` (``HOST:PORT:KEY``) measures on a device registered with an RPC
@@ -145,10 +147,12 @@ def tune_model(model: ImportedModel, target: TargetSpec, options: BuildOptions, 
                     remote.key, target.name, database_dir)
     if remote is not None:
         remote.check_reachable()
-    mod, _ = analyze(model, target, BuildOptions(fusion_rules=options.fusion_rules,
-                                                 use_database=False))
-    with target.tvm_target():
-        plans = tune(mod, target.tvm_target(), database_dir, trials=trials,
+    # the kernels of the build these options make (rules, precision, accumulator, fusion flags):
+    # the records are for them; the analysis stops before the schedules read any database
+    mod, _ = analyze(model, target, options)
+    tvm_target = target.tvm_target()
+    with tvm_target:
+        plans = tune(mod, tvm_target, database_dir, trials=trials,
                      scheduler=strategy.scheduler(target), trials_per_iter=trials_per_iter,
                      top_k=top_k, budget_s=budget_s, retune=retune, only=only,
                      progress=progress, remote=remote, cross_cc=target.cross_cc)

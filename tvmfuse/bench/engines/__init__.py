@@ -47,7 +47,7 @@ class BenchContext:
     target: object  # targets.TargetSpec
     inputs: list[np.ndarray]
     threads: int
-    build_options: object  # compiler.BuildOptions
+    build_options: object  # options.BuildOptions
     torch_module: object | None  # the nn.Module for PyTorch engines, None for ONNX sources
     onnx_path: Path | None  # the ONNX file for ONNX sources
     dtype: str = "float32"  # the precision every engine computes in

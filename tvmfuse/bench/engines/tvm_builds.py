@@ -55,7 +55,7 @@ def _tvmfuse(ctx: BenchContext, name: str = "tvmfuse", fusion: bool = True) -> E
 def _check_tvm_precision(ctx: BenchContext, stock: bool = False) -> None:
     """tvmfuse builds compute in every one of ``PRECISIONS``; stock TVM in float32 and float16
     (its ToMixedPrecision converts to float16 only: bfloat16 is tvmfuse's NarrowToBFloat16)."""
-    from ...pipeline import PRECISIONS  # noqa: PLC0415
+    from ...options import PRECISIONS  # noqa: PLC0415
 
     if stock and ctx.dtype not in ("float32", "float16"):
         raise Unavailable(f"TVM's ToMixedPrecision converts to float16 only, not {ctx.dtype}")
