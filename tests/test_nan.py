@@ -124,7 +124,7 @@ def test_verification_fails_an_output_that_loses_a_nan(build_tiny):
 
 
 def test_run_check_fails_on_a_nan_the_reference_has_not(build_tiny, monkeypatch):
-    imported, folder = build_tiny("tiny-resnet")
+    _, folder = build_tiny("tiny-resnet")
     deployed = load(folder)
     verify_saved(deployed)  # the build as it is passes
     run = deployed.run

@@ -134,6 +134,19 @@ def check_writable(folder: Path, what: str) -> None:
         raise TvmfuseError(f"{what} {folder}: cannot write into {existing} (permission denied)")
 
 
+def check_output_file(path: Path, what: str) -> None:
+    """A TvmfuseError when the file ``path`` could not be written: checked with the arguments,
+    not after the work whose result it holds."""
+    if path.is_dir():
+        raise TvmfuseError(f"{what} {path} is a folder; name a file")
+    if not path.parent.is_dir():
+        raise TvmfuseError(f"{what} {path}: folder {path.parent} does not exist; create it or "
+                           f"name a file in an existing folder")
+    if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists()
+                                                         and not os.access(path, os.W_OK)):
+        raise TvmfuseError(f"{what} {path}: cannot write there (permission denied)")
+
+
 def check_rpc(text: str | None) -> None:
     """``--rpc``: well formed, and a tracker listening there (within a few seconds)."""
     if text is None:
