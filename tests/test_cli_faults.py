@@ -117,6 +117,9 @@ FACTORIES = textwrap.dedent("""
     def raises():
         raise RuntimeError("no weights here")
 
+    def kwargs():
+        return torch.nn.Linear(8, 8), {"input": torch.randn(1, 8)}
+
     def zeros():
         class Zeros(torch.nn.Module):
             def forward(self, x):
@@ -138,6 +141,8 @@ def files(tmp_path_factory) -> Path:
     (folder / "syntax.py").write_text("def f(:\n")
     (folder / "bad.pt2").write_bytes(b"not a zip" * 100)
     (folder / "a-file").write_text("")
+    (folder / "bad.toml").write_text("[default\n")
+    (folder / "unknown.toml").write_text("[default]\nno_such_rule = { enabled = false }\n")
     import torch
 
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
@@ -148,6 +153,8 @@ def files(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["build", "factories.py:raises", "-o", "o"], "raised RuntimeError: no weights here"),
+    (["build", "factories.py:kwargs", "-o", "o"],
+     "returned example inputs holding a dict, not tensors"),
     (["build", "syntax.py:f", "-o", "o"], "SyntaxError: invalid syntax"),
     (["build", "tiny-resnet", "--input-shape", "1,3,32,32:float16", "-o", "o"],
      "cannot run on inputs x(1, 3, 32, 32):float16"),
@@ -192,6 +199,10 @@ ARGUMENT_ERRORS = [
     (["bench", "tiny-resnet", "--json", "/nonexistent/x.json"],
      "--json /nonexistent/x.json: folder /nonexistent does not exist"),
     (["bench", "tiny-resnet", "--json", "."], "--json . is a folder"),
+    (["tune", "tiny-resnet", "--fusion-rules", "bad.toml"], "fusion rules bad.toml are not valid"),
+    (["tune", "tiny-resnet", "--db", "a-file/db"], "--db a-file/db: cannot write into a-file"),
+    (["build", "tiny-resnet", "--fusion-rules", "unknown.toml", "-o", "o"],
+     "unknown rule 'no_such_rule'"),
 ]
 
 
@@ -243,6 +254,19 @@ def _main_before_heavy_imports(args: list[str], cwd: Path):
         sys.exit(rc)
     """)
     return run_cli(code=code, cwd=cwd)
+
+
+def test_tune_refuses_tuning_logs_it_cannot_write_before_start_up(files):
+    code = textwrap.dedent("""
+        import os, sys
+        os.environ["TVMFUSE_TUNING_LOGS"] = "a-file"
+        from tvmfuse.cli import main
+        rc = main(["tune", "tiny-resnet"])
+        heavy = sorted(m for m in ("torch", "tvm") if sys.modules.get(m) is not None)
+        assert not heavy, f"imported {heavy} before reporting the error"
+        sys.exit(rc)
+    """)
+    _one_error_line(run_cli(code=code, cwd=files), "TVMFUSE_TUNING_LOGS a-file is a file")
 
 
 def test_run_writes_into_a_folder_it_is_given(good, tmp_path):

@@ -182,6 +182,11 @@ def _call_factory(source: str):
         specs = tuple(TensorSpec(n, (), "float32") for n in names)  # shapes must come from CLI
         return module.eval(), specs, {}
     examples = examples if isinstance(examples, (tuple, list)) else (examples,)
+    odd = next((e for e in examples if not isinstance(e, torch.Tensor)), None)
+    if odd is not None:
+        raise TvmfuseError(f"factory {source!r} returned example inputs holding a "
+                           f"{type(odd).__name__}, not tensors; return (module, (tensor, ...)), "
+                           f"one tensor per argument of forward")
     specs = tuple(
         TensorSpec(n, tuple(t.shape), str(t.dtype).removeprefix("torch."))
         for n, t in zip(names, examples)

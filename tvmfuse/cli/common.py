@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from ..errors import TvmfuseError
+from ..rules import check_rules_file
 from ..specs import DYNAMIC_DIMS, check_dynamic, parse_shape
 from ..targets import check_name, host_target_name, target_names
 
@@ -113,9 +114,11 @@ def check_model_arguments(args: argparse.Namespace, db_must_exist: bool = True) 
             f"unknown model {source!r}: not a zoo name ({', '.join(ZOO)}), an existing "
             f".pt2/.onnx file, or a package.module:factory"
         )
-    if args.fusion_rules is not None and not args.fusion_rules.is_file():
-        raise TvmfuseError(f"cannot read fusion rules {args.fusion_rules}: No such file or "
-                           f"directory")
+    if args.fusion_rules is not None:
+        if not args.fusion_rules.is_file():
+            raise TvmfuseError(f"cannot read fusion rules {args.fusion_rules}: No such file or "
+                               f"directory")
+        check_rules_file(args.fusion_rules)
     if db_must_exist and getattr(args, "db", None) is not None and not args.db.is_dir():
         raise TvmfuseError(f"tuning database {args.db} does not exist; name a folder that holds "
                            f"one, or leave --db out")
