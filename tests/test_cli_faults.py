@@ -10,8 +10,10 @@ import re
 import shutil
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import HOST, run_cli
@@ -115,6 +117,9 @@ FACTORIES = textwrap.dedent("""
     def raises():
         raise RuntimeError("no weights here")
 
+    def kwargs():
+        return torch.nn.Linear(8, 8), {"input": torch.randn(1, 8)}
+
     def zeros():
         class Zeros(torch.nn.Module):
             def forward(self, x):
@@ -136,6 +141,8 @@ def files(tmp_path_factory) -> Path:
     (folder / "syntax.py").write_text("def f(:\n")
     (folder / "bad.pt2").write_bytes(b"not a zip" * 100)
     (folder / "a-file").write_text("")
+    (folder / "bad.toml").write_text("[default\n")
+    (folder / "unknown.toml").write_text("[default]\nno_such_rule = { enabled = false }\n")
     import torch
 
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
@@ -146,6 +153,8 @@ def files(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["build", "factories.py:raises", "-o", "o"], "raised RuntimeError: no weights here"),
+    (["build", "factories.py:kwargs", "-o", "o"],
+     "returned example inputs holding a dict, not tensors"),
     (["build", "syntax.py:f", "-o", "o"], "SyntaxError: invalid syntax"),
     (["build", "tiny-resnet", "--input-shape", "1,3,32,32:float16", "-o", "o"],
      "cannot run on inputs x(1, 3, 32, 32):float16"),
@@ -185,11 +194,54 @@ ARGUMENT_ERRORS = [
     (["bench", "tiny-resnet", "--engines", "tvmfuse,tensorrt"], "unknown engine 'tensorrt'"),
     (["db", "purge", "no-such-db"], "no-such-db does not exist"),
     (["db", "check", "no-such-db"], "no-such-db does not exist"),
+    (["build", "tiny-resnet", "--input-shape", "99999999999,8", "-o", "o"],
+     "GiB, more than this machine's memory"),
+    (["bench", "tiny-resnet", "--json", "/nonexistent/x.json"],
+     "--json /nonexistent/x.json: folder /nonexistent does not exist"),
+    (["bench", "tiny-resnet", "--json", "."], "--json . is a folder"),
+    (["tune", "tiny-resnet", "--fusion-rules", "bad.toml"], "fusion rules bad.toml are not valid"),
+    (["tune", "tiny-resnet", "--db", "a-file/db"], "--db a-file/db: cannot write into a-file"),
+    (["build", "tiny-resnet", "--fusion-rules", "unknown.toml", "-o", "o"],
+     "unknown rule 'no_such_rule'"),
 ]
 
 
 @pytest.mark.parametrize(("args", "message"), ARGUMENT_ERRORS)
 def test_an_argument_error_is_one_line_before_any_heavy_import(files, args, message):
+    _one_error_line(_main_before_heavy_imports(args, files), message)
+    assert not (files / "o").exists()  # nothing was built or created
+    if args[:2] == ["db", "purge"]:
+        assert not (files / "no-such-db").exists()
+
+
+def test_a_build_into_the_current_folder_is_refused_before_compiling(good, tmp_path):
+    folder = tmp_path / "build"
+    shutil.copytree(good, folder)  # a build folder: `-o .` there would replace it from inside
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for out in (".", ".."):
+        _one_error_line(_main_before_heavy_imports(["build", "tiny-resnet", "-o", out], folder),
+                        f"-o {out} is the current folder or one above it")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_an_npy_header_claiming_terabytes_is_refused_before_allocating(good, tmp_path):
+    huge = tmp_path / "huge.npy"
+    with open(huge, "wb") as f:  # 3.5 TiB claimed, a few bytes held
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f4", "fortran_order": False, "shape": (1, 3, 1000000, 322122)})
+        f.write(b"\0" * 64)
+    result = run_cli("run", str(good), "--input", str(huge), "-o", str(tmp_path / "o.npz"))
+    _one_error_line(result, "claims 3,865,464,000,000 bytes")
+    archive = tmp_path / "huge.npz"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.write(huge, "x.npy")
+    result = run_cli("run", str(good), "--input", str(archive), "-o", str(tmp_path / "o.npz"))
+    _one_error_line(result, "the file is damaged")
+
+
+def _main_before_heavy_imports(args: list[str], cwd: Path):
+    """Run ``tvmfuse args`` in ``cwd``, asserting that it returns before torch or TVM is
+    imported."""
     code = textwrap.dedent(f"""
         import sys
         from tvmfuse.cli import main
@@ -201,11 +253,20 @@ def test_an_argument_error_is_one_line_before_any_heavy_import(files, args, mess
         assert not heavy, f"imported {{heavy}} before reporting the error"
         sys.exit(rc)
     """)
-    result = run_cli(code=code, cwd=files)
-    _one_error_line(result, message)
-    assert not (files / "o").exists()  # nothing was built or created
-    if args[:2] == ["db", "purge"]:
-        assert not (files / "no-such-db").exists()
+    return run_cli(code=code, cwd=cwd)
+
+
+def test_tune_refuses_tuning_logs_it_cannot_write_before_start_up(files):
+    code = textwrap.dedent("""
+        import os, sys
+        os.environ["TVMFUSE_TUNING_LOGS"] = "a-file"
+        from tvmfuse.cli import main
+        rc = main(["tune", "tiny-resnet"])
+        heavy = sorted(m for m in ("torch", "tvm") if sys.modules.get(m) is not None)
+        assert not heavy, f"imported {heavy} before reporting the error"
+        sys.exit(rc)
+    """)
+    _one_error_line(run_cli(code=code, cwd=files), "TVMFUSE_TUNING_LOGS a-file is a file")
 
 
 def test_run_writes_into_a_folder_it_is_given(good, tmp_path):

@@ -34,6 +34,10 @@ def check_destination(out_dir: str | Path) -> Path:
     """``out_dir`` if a build can be written there, else a TvmfuseError saying why: checked
     before compiling, so a bad ``-o`` costs no compile."""
     out_dir = Path(out_dir)
+    here = Path.cwd().resolve()
+    if out_dir.resolve() == here or out_dir.resolve() in here.parents:
+        raise TvmfuseError(f"-o {out_dir} is the current folder or one above it, which a build "
+                           f"would replace whole; name a folder of its own, e.g. -o build")
     if out_dir.exists() and not out_dir.is_dir():
         raise TvmfuseError(f"{out_dir} is a file, not a folder; choose another -o")
     if out_dir.is_dir() and not (out_dir / runtime.MANIFEST).is_file():

@@ -181,6 +181,11 @@ def _call_factory(source: str):
         )
     if examples is not None and not isinstance(examples, (tuple, list)):
         examples = (examples,)
+    odd = next((e for e in examples or () if not isinstance(e, torch.Tensor)), None)
+    if odd is not None:
+        raise TvmfuseError(f"factory {source!r} returned example inputs holding a "
+                           f"{type(odd).__name__}, not tensors; return (module, (tensor, ...)), "
+                           f"one tensor per argument of forward")
     return module.eval(), examples
 
 

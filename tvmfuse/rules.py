@@ -118,6 +118,17 @@ def load_rules(section: str, path: Path | None = None) -> dict[str, Rule]:
     return rules
 
 
+def check_rules_file(path: Path) -> None:
+    """A TvmfuseError where the fusion-rule file ``path`` cannot be read or is not valid: checked
+    with the other arguments, before the model is imported."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise TvmfuseError(f"cannot read fusion rules {path}: {getattr(err, 'strerror', err)}") \
+            from None
+    _parse(str(path), text)
+
+
 def _parse(origin: str, text: str) -> dict[str, dict[str, dict]]:
     try:
         data = tomllib.loads(text)

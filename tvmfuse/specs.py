@@ -3,6 +3,8 @@ and dtypes, as written in a build's ``manifest.json``. No torch or TVM imports h
 
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +71,12 @@ def parse_shape(text: str) -> tuple[tuple[int, ...], str | None]:
             np.dtype(dtype)
         except TypeError:
             raise TvmfuseError(f"unknown dtype {dtype!r} in input shape {text!r}") from None
+    # the example input of this shape is made in memory: refuse one larger than the machine's
+    size = math.prod(shape) * (np.dtype(dtype).itemsize if dtype else 4)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if size > memory:
+        raise TvmfuseError(f"input shape {text!r} is {size / 2**30:.3g} GiB, more than this "
+                           f"machine's memory ({memory / 2**30:.3g} GiB); give smaller dimensions")
     return shape, dtype or None
 
 

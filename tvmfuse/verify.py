@@ -1,7 +1,8 @@
 """Check a build's outputs against the reference it was imported from (PyTorch or ONNX Runtime).
 
 The measure is the relative L2 error per output, ``||out - ref|| / ||ref||``, against a tolerance
-set by the output's dtype. A symbolic batch is checked at two sizes, a symbolic sequence at
+set by the output's dtype, over the elements where both are finite: the NaN and +/-Inf of an output
+must stand where the reference's stand, or the output fails whatever its error. A symbolic batch is checked at two sizes, a symbolic sequence at
 several lengths up to its bound (a prime among them, so that no tile divides it).
 
 A fp16 or bf16 build of a PyTorch model is also compared with PyTorch itself in that precision
@@ -46,23 +47,57 @@ class OutputCheck:
     #: ("pytorch float16"), where there is one (fp16 and bf16 builds of PyTorch models).
     peer: str | None = None
     peer_err: float | None = None
+    #: How the output's NaN and +/-Inf differ from the reference's (:func:`nonfinite_mismatch`),
+    #: None where they stand in the same places.
+    nonfinite: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.rel_err <= self.tolerance or (
-            self.peer_err is not None and self.rel_err <= self.peer_err)
+        return self.nonfinite is None and (self.rel_err <= self.tolerance or (
+            self.peer_err is not None and self.rel_err <= self.peer_err))
 
     def to_json(self) -> dict:
         return {"output": self.name, "at": self.at, "rel_err": self.rel_err,
-                "tolerance": self.tolerance, "peer": self.peer, "peer_err": self.peer_err}
+                "tolerance": self.tolerance, "peer": self.peer, "peer_err": self.peer_err,
+                "nonfinite": self.nonfinite}
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """``||out - ref|| / ||ref||`` over the elements where both are finite (where the NaN and Inf
+    differ, :func:`nonfinite_mismatch` says so); inf for different shapes."""
     if out.shape != ref.shape:
         return float("inf")
-    diff = np.linalg.norm((out.astype(np.float64) - ref.astype(np.float64)).ravel())
-    norm = np.linalg.norm(ref.astype(np.float64).ravel())
+    out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    finite = np.isfinite(out) & np.isfinite(ref)
+    out, ref = out[finite], ref[finite]
+    diff = np.linalg.norm(out - ref)
+    norm = np.linalg.norm(ref)
     return float(diff / norm) if norm > 0 else float(diff)
+
+
+def nonfinite_mismatch(out: np.ndarray, ref: np.ndarray) -> str | None:
+    """Where ``out`` has a NaN or an infinity that ``ref`` has not at the same element, or the
+    other way round, in words ("NaN at 10 elements where the reference is finite (the first at
+    (0, 3))"); None where they agree (or the shapes differ: the error says that)."""
+    out, ref = np.asarray(out), np.asarray(ref)
+    if out.shape != ref.shape or not (np.issubdtype(out.dtype, np.inexact)
+                                      or np.issubdtype(ref.dtype, np.inexact)):
+        return None
+    out, ref = out.astype(np.float64), ref.astype(np.float64)
+    cases = [
+        ("NaN", "the reference is not NaN", np.isnan(out) & ~np.isnan(ref)),
+        ("no NaN", "the reference is NaN", ~np.isnan(out) & np.isnan(ref)),
+        ("+Inf", "the reference is not +Inf", (out == np.inf) & (ref != np.inf)),
+        ("-Inf", "the reference is not -Inf", (out == -np.inf) & (ref != -np.inf)),
+        ("a finite value", "the reference is infinite",
+         np.isfinite(out) & np.isinf(ref)),
+    ]
+    for what, where, wrong in cases:
+        if wrong.any():
+            first = tuple(int(i) for i in np.argwhere(wrong)[0])
+            return (f"{what} at {int(wrong.sum())} of {wrong.size} elements where {where} "
+                    f"(the first at {first})")
+    return None
 
 
 def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
@@ -172,7 +207,8 @@ def compare(deployed: Deployed, outs, refs, at: str, reference_name: str,
     peer_errs = peer_errs or [None] * len(refs)
     return [OutputCheck(spec.name, at, relative_error(out, ref),
                         max(TOLERANCE[spec.dtype], widened) if spec.dtype in TOLERANCE else 0.0,
-                        peer if peer_err is not None else None, peer_err)
+                        peer if peer_err is not None else None, peer_err,
+                        nonfinite_mismatch(out, ref))
             for spec, out, ref, peer_err in zip(deployed.outputs, outs, refs, peer_errs)]
 
 
@@ -215,6 +251,10 @@ def _judge(checks: list[OutputCheck], reference_name: str) -> list[OutputCheck]:
     bad = [c for c in checks if not c.ok]
     if bad:
         c = bad[0]
+        if c.nonfinite is not None:
+            raise TvmfuseError(f"output {c.name} ({c.at}) differs from {reference_name}: "
+                               f"{c.nonfinite}; the build does not keep the reference's "
+                               f"NaN/Inf: report it as a tvmfuse bug, with the model")
         peer = "" if c.peer_err is None else f" and {c.peer}'s {c.peer_err:.3e}"
         raise TvmfuseError(
             f"output {c.name} ({c.at}) differs from {reference_name}: relative L2 "

@@ -227,10 +227,11 @@ def attention_kernel(shape: AttentionShape, lanes: int = 16, cores: int = 1,
                     if q0 + i < S:
                         for d in T.vectorized(D):
                             # a row whose keys are all masked with -inf sums to 0: it gets
-                            # 0, as PyTorch's scaled_dot_product_attention gives it
+                            # 0, as PyTorch's scaled_dot_product_attention gives it; a row
+                            # that met a NaN sums to NaN and stays NaN (not ``sum > 0``)
                             out[b, q0 + i, h * D + d] = T.Cast(dtype, T.Select(
-                                row_sum[i] > T.float32(0), acc[i, d] / row_sum[i],
-                                T.float32(0)))
+                                row_sum[i] == T.float32(0), T.float32(0),
+                                acc[i, d] / row_sum[i]))
 
     return attention
 

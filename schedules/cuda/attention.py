@@ -147,7 +147,9 @@ def simt_attention_kernel(shape: AttentionShape) -> tirx.PrimFunc | None:
                     if block % NQ * ROWS + w < S:
                         for c in T.unroll(C):
                             if c * WARP + lane < D:
+                                # a fully masked row (sum 0) gets 0; one that met a NaN
+                                # keeps it (``sum == 0`` is false for NaN, ``sum > 0`` too)
                                 out[b, i, h * D + c * WARP + lane] = T.Cast(dtype, T.if_then_else(
-                                    st[1] > T.float32(0), acc[c] / st[1], T.float32(0)))
+                                    st[1] == T.float32(0), T.float32(0), acc[c] / st[1]))
 
     return attention

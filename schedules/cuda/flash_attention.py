@@ -213,8 +213,8 @@ def flash_attention_kernel(shape: AttentionShape, warps: int | None = None,
                         for e in T.unroll(4):
                             q_sh[(w * 16 + lane // 4 + e // 2 * 8) * R + j * 8 + lane % 4 * 2
                                  + e % 2] = T.Cast(dtype, T.if_then_else(
-                                     row_sum[e // 2] > T.float32(0),
-                                     o_acc[j * 4 + e] / row_sum[e // 2], T.float32(0)))
+                                     row_sum[e // 2] == T.float32(0), T.float32(0),
+                                     o_acc[j * 4 + e] / row_sum[e // 2]))
                     T.tvm_storage_sync("warp")
                     for it in T.unroll(-(-16 * CHUNKS // WARP)):
                         if it * WARP + lane < 16 * CHUNKS:

@@ -15,7 +15,7 @@ from ..bench.engines import ENGINES, check_names
 from ..errors import TvmfuseError
 from .common import (
     DTYPES, add_database_arguments, add_model_arguments, build_options, check_model_arguments,
-    import_arguments, positive_float, positive_int,
+    check_output_file, import_arguments, positive_float, positive_int,
 )
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,8 @@ def add_parser(sub) -> None:
 def handle(args: argparse.Namespace) -> int:
     engines = check_names([e.strip() for e in args.engines.split(",") if e.strip()])
     check_model_arguments(args)
+    if args.json is not None:
+        check_output_file(args.json, "--json")
     if args.plot is not None:
         _require_matplotlib()
     env.short_openmp_spin()  # torch is not imported yet

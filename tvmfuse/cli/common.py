@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import zoo
 from ..errors import TvmfuseError
 from ..options import BuildOptions
+from ..rules import check_rules_file
 from ..specs import DYNAMIC_DIMS, check_dynamic, parse_shape
 from ..targets import check_name, host_target_name, target_names
 
@@ -125,9 +126,11 @@ def check_model_arguments(args: argparse.Namespace, db_must_exist: bool = True) 
             raise TvmfuseError(f"cannot load model factory {source!r}: no file {module}")
     elif source not in zoo.registry():
         raise zoo.unknown(source)
-    if args.fusion_rules is not None and not args.fusion_rules.is_file():
-        raise TvmfuseError(f"cannot read fusion rules {args.fusion_rules}: No such file or "
-                           f"directory")
+    if args.fusion_rules is not None:
+        if not args.fusion_rules.is_file():
+            raise TvmfuseError(f"cannot read fusion rules {args.fusion_rules}: No such file or "
+                               f"directory")
+        check_rules_file(args.fusion_rules)
     if db_must_exist and getattr(args, "db", None) is not None and not args.db.is_dir():
         raise TvmfuseError(f"tuning database {args.db} does not exist; name a folder that holds "
                            f"one, or leave --db out")
@@ -144,6 +147,19 @@ def check_writable(folder: Path, what: str) -> None:
         existing = existing.parent
     if not os.access(existing, os.W_OK | os.X_OK):
         raise TvmfuseError(f"{what} {folder}: cannot write into {existing} (permission denied)")
+
+
+def check_output_file(path: Path, what: str) -> None:
+    """A TvmfuseError when the file ``path`` could not be written: checked with the arguments,
+    not after the work whose result it holds."""
+    if path.is_dir():
+        raise TvmfuseError(f"{what} {path} is a folder; name a file")
+    if not path.parent.is_dir():
+        raise TvmfuseError(f"{what} {path}: folder {path.parent} does not exist; create it or "
+                           f"name a file in an existing folder")
+    if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists()
+                                                         and not os.access(path, os.W_OK)):
+        raise TvmfuseError(f"{what} {path}: cannot write there (permission denied)")
 
 
 def check_rpc(text: str | None) -> None:

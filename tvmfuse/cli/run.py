@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -113,7 +114,27 @@ def _read_inputs(paths: list[Path], deployed) -> list[np.ndarray]:
                         f"{paths[0]} has no array named {missing[0]!r} "
                         f"(it holds: {', '.join(archive.files)})"
                     )
+                for spec in deployed.inputs:
+                    member = archive.zip.getinfo(f"{spec.name}.npy")
+                    with archive.zip.open(member) as f:
+                        _check_header(f, member.file_size, f"{paths[0]}[{spec.name}]")
                 return [archive[s.name] for s in deployed.inputs]
+        for path in paths:
+            with open(path, "rb") as f:
+                _check_header(f, path.stat().st_size, str(path))
         return [np.load(p, allow_pickle=False) for p in paths]
     except (ValueError, OSError, EOFError) as err:
         raise TvmfuseError(f"cannot read inputs {', '.join(map(str, paths))}: {err}") from None
+
+
+def _check_header(f, size: int, name: str) -> None:
+    """Refuse an array whose header claims more data than its file holds, before numpy allocates
+    it (a damaged or crafted header can claim terabytes)."""
+    fmt = np.lib.format
+    version = fmt.read_magic(f)
+    read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    shape, _, dtype = read(f)
+    claimed = math.prod(shape) * dtype.itemsize
+    if claimed > size:
+        raise TvmfuseError(f"input {name} claims {claimed:,} bytes ({shape}, {dtype}) but holds "
+                           f"{size:,}: the file is damaged; write it again with numpy.save")

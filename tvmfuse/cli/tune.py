@@ -9,10 +9,11 @@ import logging
 import math
 from pathlib import Path
 
+from .. import env
 from ..errors import TvmfuseError
 from .common import (
     add_model_arguments, add_rpc_argument, build_options, check_model_arguments, check_rpc,
-    import_arguments, nonnegative_int, positive_int,
+    check_writable, import_arguments, nonnegative_int, positive_int,
 )
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ def handle(args: argparse.Namespace) -> int:
     options = build_options(args)
     if args.db is not None and args.db.exists() and not args.db.is_dir():
         raise TvmfuseError(f"--db {args.db} is a file, not a database folder")
+    if args.db is None:  # the user's database, made under TVMFUSE_TUNING_LOGS
+        check_writable(env.TUNING_LOGS, "TVMFUSE_TUNING_LOGS")
+    else:
+        check_writable(args.db, "--db")
     check_rpc(args.rpc)
     from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
 

@@ -11,6 +11,7 @@ import tvm
 from tvm import relax, te, tirx, topi
 
 from ..passes import ApplyScheduleRules, PadConvChannels, WinogradConv2D, part_tail
+from ..passes.propagate_nan import PropagateNaN
 from ..rules import Rule
 from ..schedules import cpu
 from ..schedules.cpu.attention import attention_kernel
@@ -19,7 +20,8 @@ from .base import Strategy, nhwc_convs
 
 
 #: The TIR pipeline of CPU builds: s_tir's, the kernels whose last column tile is partial split
-#: first (``tvmfuse.passes.part_tail``).
+#: first (``tvmfuse.passes.part_tail``), every float max/min then made to propagate NaN
+#: (``tvmfuse.passes.propagate_nan``).
 CPU_PIPELINE = "tvmfuse.cpu"
 
 
@@ -112,7 +114,8 @@ def _cpu_pipeline():
     import tvm.s_tir.pipeline  # noqa: F401, PLC0415 - registers the s_tir pipeline
 
     s_tir, finalize_host, finalize_device = tvm.tirx.compilation_pipeline.get_tir_pipeline("s_tir")
-    return part_tail.lowering(s_tir), finalize_host, finalize_device
+    return (tvm.transform.Sequential([part_tail.lowering(s_tir), PropagateNaN]), finalize_host,
+            finalize_device)
 
 
 tvm.tirx.compilation_pipeline.register_tir_pipeline(CPU_PIPELINE, _cpu_pipeline)

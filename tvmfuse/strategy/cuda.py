@@ -14,13 +14,15 @@ from tvm.s_tir import dlight as dl
 from ..names import TIRX_KERNEL
 from ..passes import ApplyScheduleRules, SpaceToDepthConv, UseWgmmaGemms
 from ..passes._rewrite import static_shape
+from ..passes.propagate_nan import PropagateNaN
 from ..schedules.cuda.attention import attention_kernel
 from ..schedules.cuda.matmul import TensorCoreMatmul
 from ..schedules.cuda.rows import WarpRows
 from ..rules import Rule
 from .base import Strategy, nhwc_convs
 
-#: The TIR pipeline of CUDA builds: TIRx's for the kernels written in TIRx, s_tir's for the rest.
+#: The TIR pipeline of CUDA builds: TIRx's for the kernels written in TIRx, s_tir's for the rest,
+#: every float max/min then made to propagate NaN (``tvmfuse.passes.propagate_nan``).
 MIXED_PIPELINE = "tvmfuse.cuda"
 
 
@@ -120,7 +122,7 @@ def _mixed_pipeline():
             lowered[gvar] = func
         return lowered
 
-    return mixed, finalize_host, finalize_device
+    return tvm.transform.Sequential([mixed, PropagateNaN]), finalize_host, finalize_device
 
 
 tvm.tirx.compilation_pipeline.register_tir_pipeline(MIXED_PIPELINE, _mixed_pipeline)
