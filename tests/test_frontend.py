@@ -3,6 +3,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+import tvm
 from tvm import relax, tirx
 
 from tvmfuse import TvmfuseError, zoo
@@ -262,3 +263,40 @@ def test_flop_count_includes_cpu_attention():
     model = api.import_torch(_SelfAttention(dim).eval(), [torch.randn(1, seq, dim)])
     projection = 2 * seq * dim * 3 * dim
     assert count_flops(model) == projection + 2 * 2 * seq * seq * dim
+
+
+def test_float_math_on_integer_tensors_is_promoted_as_pytorch_does(tmp_path):
+    """DeBERTa takes torch.log of int64 relative positions: PyTorch promotes the integers to
+    float32, TVM's relax.log refuses them; the importer casts them first, and nothing else."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    path = _write_factory(tmp_path, """
+        import torch
+
+        class Buckets(torch.nn.Module):
+            def forward(self, x, positions):
+                distance = positions.abs().clamp(min=1)
+                scaled = torch.log(distance) / torch.sqrt(distance) + distance / 3
+                return x * scaled + positions.to(x.dtype), torch.exp(positions.neg())
+
+        def make():
+            return Buckets(), (torch.randn(2, 9), torch.arange(-9, 9).reshape(2, 9))
+    """)
+    model = import_model(f"{path}:make")
+    # every float-only op reads float32: the integers were cast before it, as PyTorch promotes
+    math = [c for c in _calls(model.mod)
+            if c.op.name in ("relax.log", "relax.sqrt", "relax.exp", "relax.divide")]
+    assert len(math) == 5  # log, sqrt, their quotient, distance / 3, exp
+    assert all(str(arg.ty.dtype) == "float32" for c in math for arg in c.args)
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert len(checks) == 2 and all(c.rel_err < 1e-6 for c in checks)
+
+
+def _calls(mod) -> list:
+    found = []
+    relax.analysis.post_order_visit(
+        mod["main"], lambda e: found.append(e) if isinstance(e, relax.Call) and
+        isinstance(e.op, tvm.ir.Op) else None)
+    return found

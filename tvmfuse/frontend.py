@@ -32,7 +32,7 @@ from tvm.relax.frontend.torch import from_exported_program
 
 from . import zoo
 from .errors import TvmfuseError, one_line
-from .passes import SimplifyBoundedShapes, WidenIntegerCumsum
+from .passes import DecomposeClip, SimplifyBoundedShapes, WidenIntegerCumsum
 from .specs import (
     SEED, TensorSpec, check_dynamic, format_shape, parse_shape, random_inputs,
 )
@@ -376,11 +376,13 @@ def _from_exported(source, kind, program, specs, examples, reference, module,
                    bounds=None) -> ImportedModel:
 
     _drop_empty_concat_inputs(program)
+    _promote_integer_math(program)
     try:
         mod = from_exported_program(program)
     except Exception as err:  # noqa: BLE001 - an unsupported op surfaces as many error types
         raise TvmfuseError(f"TVM cannot import {source}: {one_line(err)}") from None
     mod = WidenIntegerCumsum()(mod)  # the importer types torch's cumsum as its input's dtype
+    mod = DecomposeClip(integer_only=True)(mod)  # integer clamps arrive with an inf bound
     if bounds:  # torch.export's ranges are the importer's tir_var_upper_bound
         mod = SimplifyBoundedShapes()(mod)
     return ImportedModel(
@@ -401,6 +403,49 @@ def _drop_empty_concat_inputs(program) -> None:
         kept = [t for t in tensors if not _legacy_empty(t)]
         if kept and len(kept) < len(tensors):
             node.args = (kept, *node.args[1:])
+
+
+#: Float-only math that PyTorch computes on an integer tensor by promoting it to its default float
+#: dtype first (``torch.log(torch.arange(4))`` is float32); TVM's ops refuse integer inputs.
+_PROMOTING_OPS = frozenset(
+    getattr(torch.ops.aten, name).default
+    for name in ("log", "log2", "log10", "log1p", "exp", "exp2", "expm1", "sqrt", "rsqrt",
+                 "reciprocal", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "asin", "acos",
+                 "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
+) | {torch.ops.aten.div.Tensor, torch.ops.aten.div.Scalar, torch.ops.aten.true_divide.Tensor}
+
+
+def _promote_integer_math(program) -> None:
+    """Cast the integer operands of float-only math (:data:`_PROMOTING_OPS`) to the float dtype
+    PyTorch computed in, as PyTorch's type promotion does implicitly: DeBERTa's relative
+    position buckets take ``torch.log`` of an int64 tensor, which TVM's importer refuses
+    ("relax.log requires the input tensor to have float dtype")."""
+    graph = program.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _PROMOTING_OPS:
+            continue
+        result = node.meta.get("val")
+        if not isinstance(result, torch.Tensor) or not result.dtype.is_floating_point:
+            continue
+        args = list(node.args)
+        for i, arg in enumerate(args):
+            value = getattr(arg, "meta", {}).get("val") if isinstance(arg, torch.fx.Node) else None
+            if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point:
+                continue
+            with graph.inserting_before(node):
+                cast = graph.call_function(torch.ops.aten._to_copy.default, (arg,),
+                                           {"dtype": result.dtype})
+            with _fake_mode_of(value):
+                cast.meta["val"] = value.to(result.dtype)
+            args[i] = cast
+        node.args = tuple(args)
+    graph.lint()
+
+
+def _fake_mode_of(value):
+    """The fake-tensor mode ``value`` was traced under (a no-op context for a real tensor)."""
+    mode = torch._guards.detect_fake_mode([value])
+    return mode if mode is not None else contextlib.nullcontext()
 
 
 def _legacy_empty(node) -> bool:

@@ -20,6 +20,19 @@ def test_clip_becomes_maximum_then_minimum():
     tvm.ir.assert_structural_equal(after, expected)
 
 
+def test_integer_clip_drops_its_infinite_bound():
+    """torch.clamp(ids, min=1) imports as clip(ids, 1, inf): TVM cannot cast inf to int64."""
+    def module(body):
+        return relax_main({"x": (2, 9)}, body, dtype="int64")
+
+    before = module(lambda bb, x: relax.op.clip(x, 1, float("inf")))
+    expected = module(lambda bb, x: relax.op.maximum(x, relax.const(1, "int64")))
+    tvm.ir.assert_structural_equal(DecomposeClip()(before), expected)
+    both = module(lambda bb, x: relax.op.clip(x, -3, 5))
+    tvm.ir.assert_structural_equal(DecomposeClip()(both), module(lambda bb, x: relax.op.minimum(
+        bb.emit(relax.op.maximum(x, relax.const(-3, "int64"))), relax.const(5, "int64"))))
+
+
 def test_no_clip_no_change():
     before = _module(lambda bb, x: relax.op.nn.relu(x))
     tvm.ir.assert_structural_equal(DecomposeClip()(before), before)
