@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cuda_gemm import TARGET, build, failure, fmt, run_and_time  # noqa: E402
+
 from tvmfuse.schedules.cuda.conv_match import match_conv  # noqa: E402
 from tvmfuse.schedules.cuda.gemm_match import match_gemm  # noqa: E402
 from tvmfuse.schedules.cuda.wgmma_tile import WgmmaTile  # noqa: E402

@@ -14,8 +14,8 @@ kernel of ``schedules/cuda/wgmma.py`` with the tile :func:`choose_wgmma_tile` pi
 ``wg<block_n>x<stages>`` a given one (its B is stored [N, K] whatever ``--weight-nk`` says:
 wgmma reads both operands K-major). ``mk`` is the hand-written mma.sync kernel of
 ``schedules/cuda/mma_gemm.py`` (B [N, K] too) with its default tile, ``mk<warps_m>x<warps_n>x
-<warp_m>x<warp_n>x<stages>[x<copy_at>x<blocks_per_sm>]`` a given one. The JSON is rewritten after every shape, so a run cut short
-keeps what it measured.
+<warp_m>x<warp_n>x<stages>[x<copy_at>x<blocks_per_sm>]`` a given one. The JSON is rewritten after
+every shape, so a run cut short keeps what it measured.
 
 Times are CUDA-event medians (``triton.testing.do_bench`` where torch runs, TVM's
 ``time_evaluator`` for ours); TFLOP/s count 2 M N K. Run on a machine with an NVIDIA GPU.
@@ -34,11 +34,12 @@ from tvm import te
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tvmfuse.schedules.cuda.matmul import MmaTile, TensorCoreMatmul, choose_tile  # noqa: E402
+from tvm.s_tir import dlight as dl  # noqa: E402
+
 from tvmfuse.schedules.cuda import mma_gemm  # noqa: E402
+from tvmfuse.schedules.cuda.matmul import MmaTile, TensorCoreMatmul, choose_tile  # noqa: E402
 from tvmfuse.schedules.cuda.wgmma import gemm_kernel  # noqa: E402
 from tvmfuse.schedules.cuda.wgmma_tile import WgmmaTile  # noqa: E402
-from tvm.s_tir import dlight as dl  # noqa: E402
 
 #: (label, M, N, K): BERT-base's GEMMs at batch 1 and 32 (seq 128), ResNet-50's 1x1 convs as
 #: GEMMs at batch 32 (56x56 and 7x7 maps), its classifier, and sizes no tile divides.

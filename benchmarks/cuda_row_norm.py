@@ -28,9 +28,9 @@ from tvm import te
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tvmfuse.schedules.cuda.gemm_match import match_gemm  # noqa: E402
 from tvmfuse.schedules.cuda.row_norm import match_gemm_row_norm  # noqa: E402
 from tvmfuse.schedules.cuda.rows import WarpRows  # noqa: E402
-from tvmfuse.schedules.cuda.gemm_match import match_gemm  # noqa: E402
 from tvmfuse.schedules.cuda.wgmma_tile import WgmmaTile  # noqa: E402
 
 N = 768
@@ -65,8 +65,9 @@ def layer_norm(x):
     var = te.compute((m,), lambda i: te.sum(
         (x[i, j2].astype("float32") - total[i] / N) * (x[i, j2].astype("float32") - total[i] / N),
         axis=j2), name="var_sum")
-    out = te.compute((m, N), lambda i, c: ((x[i, c].astype("float32") - total[i] / N) * tvm.tirx.rsqrt(
-        var[i] / N + EPS)).astype("float16") * gamma[c] + beta[c], name="out")
+    out = te.compute((m, N), lambda i, c: (
+        (x[i, c].astype("float32") - total[i] / N) * tvm.tirx.rsqrt(var[i] / N + EPS)
+    ).astype("float16") * gamma[c] + beta[c], name="out")
     return (gamma, beta), out
 
 

@@ -49,8 +49,8 @@ def dense_kernels(sizes, rows, target, depth=768, tiles=("auto",)):
     import torch  # noqa: PLC0415
     from torch import nn  # noqa: PLC0415
 
-    from tvmfuse.schedules.cpu import _blocked  # noqa: PLC0415 - the module builds use
     from tvmfuse import api, compiler, profile  # noqa: PLC0415
+    from tvmfuse.schedules.cpu import _blocked  # noqa: PLC0415 - the module builds use
 
     chosen = _blocked.choose_tile
     for n in sizes:

@@ -179,8 +179,9 @@ def killed_in_search(work: Path, kills: int) -> dict:
                                 "8", "--trials-per-iter", "2", "--db", str(db)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while job.poll() is None and time.perf_counter() - start < 900:
-            if sum(len((d / database.RECORDS).read_text().splitlines())
-                   for d in db.glob(f"{database.JOB_PREFIX}*/search-*") if database.has_database(d)):
+            searched = [d for d in db.glob(f"{database.JOB_PREFIX}*/search-*")
+                        if database.has_database(d)]
+            if sum(len((d / database.RECORDS).read_text().splitlines()) for d in searched):
                 break
             time.sleep(0.5)
         job.send_signal(signal.SIGKILL)

@@ -4,7 +4,7 @@ depthwise conv, a LayerNorm), built by tvmfuse untuned (``use_database=False``) 
 ONNX Runtime in interleaved rounds by ``tvmfuse.bench`` (wall clock, medians).
 
     python benchmarks/shape_sweep.py [--families dense,attention,...] [--repeat N]
-                                     [--sizes 77,197] --json benchmarks/results/KIND/shape-sweep.json
+        [--sizes 77,197] --json benchmarks/results/KIND/shape-sweep.json
 
 ``--sizes`` measures only those points again and puts them in place of the same points of the
 JSON, the summaries recomputed over the whole family.

@@ -63,7 +63,8 @@ def run_cli(*args: str, cwd: Path | None = None, code: str | None = None):
     """Run ``tvmfuse ARGS`` in a fresh interpreter; return the CompletedProcess (text)."""
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     cmd = [sys.executable, "-m", "tvmfuse", *args] if code is None else [sys.executable, "-c", code]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or REPO, env=env, timeout=600)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or REPO, env=env,
+                          timeout=600)
 
 
 def build_cuda_kernel(kernel, target):

@@ -5,11 +5,11 @@ and the outputs are closer to float32 PyTorch than with float16 sums (``accumula
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 from tvm import s_tir, tirx
 
 from tvmfuse import api
+
 from conftest import HOST
 
 

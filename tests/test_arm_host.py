@@ -7,11 +7,12 @@ about 4 minutes) and need root, debootstrap and qemu-user with binfmt_misc (`mak
 
 import numpy as np
 import pytest
-from conftest import run_cli
 
 from tvmfuse import TvmfuseError, api, arm_host, env
 from tvmfuse.remote import Remote
 from tvmfuse.tuning import database
+
+from conftest import run_cli
 
 ARM64 = api.get_target("arm64")
 

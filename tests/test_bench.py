@@ -7,11 +7,12 @@ import sys
 import pytest
 import tvm
 
-from conftest import HOST, run_cli
 from tvmfuse import TvmfuseError, api
 from tvmfuse.bench import measure, peak
 from tvmfuse.bench.report import Report, Result
 from tvmfuse.verify import relative_error
+
+from conftest import HOST, run_cli
 
 
 class FakeClock:
@@ -184,8 +185,8 @@ def test_stock_tvm_applies_the_same_tuning_database(tmp_path):
     from tvm import relax
 
     from tvmfuse import pipeline, strategy
-    from tvmfuse.tuning.tune import tune
     from tvmfuse.names import SCHEDULE as SCHEDULE_ATTR
+    from tvmfuse.tuning.tune import tune
 
     model = api.import_torch(torch.nn.Linear(64, 32).eval(), [torch.randn(4, 64)])
     spec = api.get_target(HOST)

@@ -11,6 +11,7 @@ import torch
 from tvmfuse import TvmfuseError, api
 from tvmfuse.compiler import cuda_sources
 from tvmfuse.verify import verify
+
 from conftest import HOST, nvcc_compiles
 
 

@@ -69,8 +69,9 @@ def test_run_uses_the_runtime_alone_and_writes_outputs(built, tmp_path):
     with np.load(out) as outputs:
         assert outputs["output0"].shape == (1, 10)
 
-    from tvmfuse import zoo
     import torch
+
+    from tvmfuse import zoo
 
     with torch.no_grad():
         ref = zoo.get("tiny-resnet").build()(torch.from_numpy(x)).numpy()
@@ -149,7 +150,8 @@ def test_inspect_json_compares_three_pipelines():
     assert pipelines["tvmfuse"]["kernels"] == 6
     assert (pipelines["tvmfuse"]["kernels"] < pipelines["stock"]["kernels"]
             < pipelines["unfused"]["kernels"])
-    assert pipelines["tvmfuse"]["bytes"] < pipelines["stock"]["bytes"] < pipelines["unfused"]["bytes"]
+    assert (pipelines["tvmfuse"]["bytes"] < pipelines["stock"]["bytes"]
+            < pipelines["unfused"]["bytes"])
     merged = {"rule": "tvmfuse.conv_epilogue.bias_relu",
               "ops": ["strided_slice", "concatenate", "conv2d", "add", "relu"]}
     assert merged in [{k: g[k] for k in ("rule", "ops")} for g in report["groups"]]

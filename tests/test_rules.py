@@ -4,6 +4,7 @@ import pytest
 
 from tvmfuse import TvmfuseError
 from tvmfuse.rules import RULES, load_rules
+
 from conftest import HOST
 
 

@@ -4,6 +4,7 @@ database records first, hand-written schedules next, defaults last."""
 import pytest
 
 from tvmfuse import api, strategy
+
 from conftest import HOST
 
 

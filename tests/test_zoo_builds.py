@@ -5,6 +5,7 @@ import pytest
 
 from tvmfuse import api, env, strategy, targets
 from tvmfuse.verify import verify
+
 from conftest import HOST
 
 ZOO = ["resnet50", "mobilenet_v2", "bert-base"]

@@ -14,7 +14,6 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -34,7 +34,12 @@ from . import zoo
 from .errors import TvmfuseError, one_line
 from .passes import DecomposeClip, SimplifyBoundedShapes, WidenIntegerCumsum
 from .specs import (
-    SEED, TensorSpec, check_dynamic, format_shape, parse_shape, random_inputs,
+    SEED,
+    TensorSpec,
+    check_dynamic,
+    format_shape,
+    parse_shape,
+    random_inputs,
 )
 
 log = logging.getLogger(__name__)
@@ -223,7 +228,8 @@ def _apply_overrides(source, specs, overrides) -> tuple[TensorSpec, ...]:
             f"but {len(overrides)} --input-shape were given"
         )
     return tuple(
-        replace(s, shape=shape, dtype=dtype or s.dtype) for s, (shape, dtype) in zip(specs, overrides)
+        replace(s, shape=shape, dtype=dtype or s.dtype)
+        for s, (shape, dtype) in zip(specs, overrides)
     )
 
 
@@ -484,7 +490,8 @@ def _import_onnx(path: Path, overrides, dynamic, batch) -> ImportedModel:
     try:
         import onnx  # noqa: PLC0415 - the optional 'onnx' extra
     except ImportError:
-        raise TvmfuseError("ONNX import needs the 'onnx' extra: pip install 'tvmfuse[onnx]'") from None
+        raise TvmfuseError(
+            "ONNX import needs the 'onnx' extra: pip install 'tvmfuse[onnx]'") from None
 
     try:
         model = onnx.load(str(path))

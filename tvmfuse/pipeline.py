@@ -16,15 +16,33 @@ from tvm import relax
 
 from . import strategy
 from .errors import CompileError, TvmfuseError, one_line
+from .options import BuildOptions
 from .passes import (
     ApplyDatabase,
-    Conv1DAsConv2D, DecomposeClip, ExpandIntegerPower, FoldBatchNorm, FoldConstantCasts,
-    FoldCreationOps, FoldGeluTanh, FoldLayoutGlue, FoldMatmulReshape, FoldPadIntoConv, FuseAttention,
-    GlobalPoolToReduce, MarkGathersInjective, MarkWeightsLayoutFree, MergeParallelMatmul,
-    MergeSummedConv, NarrowToBFloat16, PointConvAsMatmul, PrepackWeights, StoreNarrowed,
-    VerifyFusion, WidenElementwise, WidenEpilogues,
+    Conv1DAsConv2D,
+    DecomposeClip,
+    ExpandIntegerPower,
+    FoldBatchNorm,
+    FoldConstantCasts,
+    FoldCreationOps,
+    FoldGeluTanh,
+    FoldLayoutGlue,
+    FoldMatmulReshape,
+    FoldPadIntoConv,
+    FuseAttention,
+    GlobalPoolToReduce,
+    MarkGathersInjective,
+    MarkWeightsLayoutFree,
+    MergeParallelMatmul,
+    MergeSummedConv,
+    NarrowToBFloat16,
+    PointConvAsMatmul,
+    PrepackWeights,
+    StoreNarrowed,
+    VerifyFusion,
+    WidenElementwise,
+    WidenEpilogues,
 )
-from .options import BuildOptions
 from .patterns import fusion_patterns
 from .rules import FUSION_RULES, Rule, load_rules
 from .strategy import accumulate

@@ -158,7 +158,6 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
     if not library.is_file():
         raise TvmfuseError(f"{path} has no {library.name}; rebuild the model")
     _check_library(library, manifest)
-    import tvm  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
 
     session = None

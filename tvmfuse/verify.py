@@ -2,8 +2,9 @@
 
 The measure is the relative L2 error per output, ``||out - ref|| / ||ref||``, against a tolerance
 set by the output's dtype, over the elements where both are finite: the NaN and +/-Inf of an output
-must stand where the reference's stand, or the output fails whatever its error. A symbolic batch is checked at two sizes, a symbolic sequence at
-several lengths up to its bound (a prime among them, so that no tile divides it).
+must stand where the reference's stand, or the output fails whatever its error. A symbolic batch is
+checked at two sizes, a symbolic sequence at several lengths up to its bound (a prime among them, so
+that no tile divides it).
 
 A fp16 or bf16 build of a PyTorch model is also compared with PyTorch itself in that precision
 on the same inputs (its *peer*): an output passes within its precision's tolerance, or, where
@@ -18,10 +19,9 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-
-from typing import TYPE_CHECKING
 
 from .errors import TvmfuseError, one_line
 from .runtime import MANIFEST, Deployed

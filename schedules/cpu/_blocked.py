@@ -42,8 +42,15 @@ from tvm.ir.expr import TensorLoad  # a BufferLoad (tirx.BufferLoad is a constru
 from tvmfuse.names import LAYOUT_FREE_BUFFERS, LAYOUT_REWRITE_PREPROC, PART_TAIL
 
 from ..tir_util import (
-    inline_into_consumers, is_reduction, lanes_for, loops_match_iters, read_index_nodes,
-    root_blocks, static_extent, static_int, uses,
+    inline_into_consumers,
+    is_reduction,
+    lanes_for,
+    loops_match_iters,
+    read_index_nodes,
+    root_blocks,
+    static_extent,
+    static_int,
+    uses,
 )
 from ._tiles import Tile, choose_tile, dividing_if_better, dividing_tile, tile_score
 from ._tir import Vector, parallelize

@@ -18,7 +18,6 @@ from tvmfuse.names import PART_TAIL, ROW_COMBINE, ROW_PARTIALS, ROW_TAIL
 from ..tir_util import is_reduction, root_blocks, static_extent, uses
 from ._tir import CpuRule, vectorize_inner
 
-
 #: Rows reduced together: each step of a row's chain of dependent operations (its partial
 #: results, their combination, the lanes folded) is taken for the group's rows in turn, so that
 #: their operations overlap. One row at a time, a short row's chain (loads, adds, the lanes

@@ -8,7 +8,12 @@ import math
 import tvm
 
 from .gemm_match import (
-    GemmMatch, fused_blocks, inline_blocks, is_identity, match_epilogue, rebuild,
+    GemmMatch,
+    fused_blocks,
+    inline_blocks,
+    is_identity,
+    match_epilogue,
+    rebuild,
 )
 from .wgmma_tile import BLOCK_K, ConvGeometry
 

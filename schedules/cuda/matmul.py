@@ -34,8 +34,12 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.s_tir.dlight.gpu.base import GPUScheduleRule
 from tvm.s_tir.dlight.gpu.matmul import (
-    auto_inline_consumer_chain, auto_inline_producers, get_index_map, get_reduction_blocks,
+    auto_inline_consumer_chain,
+    auto_inline_producers,
+    get_index_map,
+    get_reduction_blocks,
 )
+
 from tvmfuse.targets import SM90_GPU, GpuFacts
 
 from ..tir_util import lanes_for, read_index_nodes, static_int, uses
@@ -185,7 +189,8 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
               tile: MmaTile | None, gpu: GpuFacts) -> s_tir.Schedule | None:
     # TVM registers every CUDA intrinsic when this module is imported: about a minute on 2 cores
     from tvm.s_tir.tensor_intrin.cuda import (  # noqa: PLC0415
-        get_mma_intrin_group, shared_16x16_to_ldmatrix_32x8_layout,
+        get_mma_intrin_group,
+        shared_16x16_to_ldmatrix_32x8_layout,
     )
 
     # 1. C[s, i, j] += A[s, i, k] * B[s, k, j], or B[s, j, k] where K is B's contiguous axis

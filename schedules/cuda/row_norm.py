@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 import tvm
+
 from .gemm_match import GemmMatch, inline_blocks, is_identity, match_matmul, rebuild, reduces
 from .wgmma import RowNorm
 

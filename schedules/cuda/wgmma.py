@@ -37,7 +37,13 @@ from tvm.script import tirx as T
 from tvmfuse.targets import SM90_GPU, GpuFacts
 
 from .wgmma_tile import (
-    BLOCK_K, STAGED_PAD, WG_M, WG_THREADS, ConvGeometry, WgmmaTile, choose_wgmma_tile,
+    BLOCK_K,
+    STAGED_PAD,
+    WG_M,
+    WG_THREADS,
+    ConvGeometry,
+    WgmmaTile,
+    choose_wgmma_tile,
 )
 
 #: The name a kernel of this file reports as its implementation.
@@ -287,6 +293,7 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
         else:
             T.ptx["setmaxnreg.inc.sync.aligned.u32"](consumer_registers)
             acc = T.alloc_local((acc_len,), "float32")
+            # TVMScript declarations: names the parser binds, which pyflakes cannot see
             desc_a: T.uint64
             desc_b: T.uint64
             for i in T.unroll(acc_len):
@@ -297,12 +304,14 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
                 T.ptx.wgmma.fence.sync.aligned()
                 for kk in T.unroll(BLOCK_K // WG_K):
                     T.cuda.wgmma.encode_matrix_descriptor(
-                        T.address_of(desc_a), a_smem.ptr_to([s, (wg - 1) * WG_M, kk * WG_K]),
+                        T.address_of(desc_a),  # noqa: F821
+                        a_smem.ptr_to([s, (wg - 1) * WG_M, kk * WG_K]),
                         1, SWIZZLE_ATOM_STRIDE, SWIZZLE_128B)
                     T.cuda.wgmma.encode_matrix_descriptor(
-                        T.address_of(desc_b), b_smem.ptr_to([s, 0, kk * WG_K]),
+                        T.address_of(desc_b), b_smem.ptr_to([s, 0, kk * WG_K]),  # noqa: F821
                         1, SWIZZLE_ATOM_STRIDE, SWIZZLE_128B)
-                    T.ptx[mma](*_elements(acc, acc_len), desc_a, desc_b, T.bool(True),
+                    T.ptx[mma](*_elements(acc, acc_len), desc_a, desc_b,  # noqa: F821
+                               T.bool(True),
                                1, 1, 0, 0)
                 T.ptx.wgmma.commit_group.sync.aligned()
                 # the group before this one has read its slot: hand that slot back

@@ -1,4 +1,3 @@
-import numpy as np
 import tvm
 from tvm import relax
 

@@ -18,6 +18,7 @@ from tvm.script import tirx as T
 from tvmfuse import api
 from tvmfuse.passes import FoldCreationOps
 from tvmfuse.verify import relative_error
+
 from conftest import HOST
 
 

@@ -5,11 +5,12 @@ import tvm
 from torch import nn
 
 from tvmfuse import api, pipeline
-from tvmfuse.passes import FuseAttention
 from tvmfuse.names import FUSION as FUSION_ATTR
+from tvmfuse.passes import FuseAttention
 from tvmfuse.schedules.cpu.attention import attention_kernel
 from tvmfuse.shapes import AttentionShape
 from tvmfuse.verify import verify
+
 from conftest import HOST
 
 TARGET = api.get_target(HOST)

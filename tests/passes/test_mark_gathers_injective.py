@@ -5,9 +5,10 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from tvmfuse import api
-from tvmfuse.passes import MarkGathersInjective
 from tvmfuse.names import INJECTIVE, OPAQUE
+from tvmfuse.passes import MarkGathersInjective
 from tvmfuse.verify import verify
+
 from conftest import HOST
 
 

@@ -18,6 +18,7 @@ from tvmfuse import api
 from tvmfuse.names import PART_TAIL
 from tvmfuse.passes import part_tail
 from tvmfuse.verify import relative_error
+
 from conftest import HOST
 
 

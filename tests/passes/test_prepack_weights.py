@@ -9,8 +9,9 @@ import tvm
 from tvm import relax, tirx
 
 from tvmfuse import api
-from tvmfuse.passes.prepack_weights import PACKED, PACKING
 from tvmfuse.names import LAYOUT_REWRITE_PREPROC
+from tvmfuse.passes.prepack_weights import PACKED, PACKING
+
 from conftest import HOST
 
 TARGET = api.get_target(HOST)

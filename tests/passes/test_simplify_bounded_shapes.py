@@ -7,6 +7,7 @@ from tvm import relax, tirx
 from tvmfuse import api
 from tvmfuse.passes import SimplifyBoundedShapes
 from tvmfuse.verify import verify
+
 from conftest import HOST
 
 

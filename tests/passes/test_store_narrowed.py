@@ -14,6 +14,7 @@ from tvm.script import relax as R
 
 from tvmfuse import api
 from tvmfuse.passes import StoreNarrowed
+
 from conftest import HOST
 
 

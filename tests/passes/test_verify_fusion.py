@@ -7,6 +7,7 @@ import pytest
 from tvmfuse import api, pipeline
 from tvmfuse.passes import verify_fusion
 from tvmfuse.verify import verify
+
 from conftest import HOST
 
 TARGET = api.get_target(HOST)

@@ -19,6 +19,7 @@ from tvmfuse import api
 from tvmfuse.compiler import cuda_source
 from tvmfuse.passes import WidenElementwise
 from tvmfuse.verify import relative_error
+
 from conftest import HOST
 
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 import tvm
 from torch import nn
-from tvm import relax
 from tvm.script import ir as I
 from tvm.script import relax as R
 
 from tvmfuse import api
 from tvmfuse.passes import WidenEpilogues
 from tvmfuse.verify import verify
+
 from conftest import HOST
 
 
@@ -204,6 +204,7 @@ def test_cuda_kernels_with_each_activation_compile(act, dtype, tmp_path):
     TVM-scheduled GEMMs and convs, which TVM prints as CUDA that nvcc refuses: those ops stay
     narrow (see ``_ELEMENTWISE``)."""
     from tvmfuse.compiler import cuda_source  # noqa: PLC0415
+
     from conftest import nvcc_compiles  # noqa: PLC0415
 
     torch.manual_seed(0)

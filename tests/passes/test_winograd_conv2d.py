@@ -9,11 +9,16 @@ import torch
 from torch import nn
 
 from tvmfuse import api
-from tvmfuse.passes.winograd_conv2d import (
-    INPUT_TRANSFORM, MIN_CHANNELS, MIN_TILES, OUTPUT_TRANSFORM, transform_weight,
-)
 from tvmfuse.names import LAYOUT_REWRITE_PREPROC
+from tvmfuse.passes.winograd_conv2d import (
+    INPUT_TRANSFORM,
+    MIN_CHANNELS,
+    MIN_TILES,
+    OUTPUT_TRANSFORM,
+    transform_weight,
+)
 from tvmfuse.verify import verify
+
 from conftest import HOST
 
 

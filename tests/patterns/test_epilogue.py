@@ -7,7 +7,9 @@ from torch import nn
 
 from tvmfuse import api
 from tvmfuse.verify import verify
+
 from conftest import HOST
+
 
 class QuickGELU(nn.Module):
     """CLIP's activation."""

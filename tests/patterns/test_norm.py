@@ -3,6 +3,7 @@ from torch import nn
 
 from tvmfuse import api
 from tvmfuse.verify import verify
+
 from conftest import HOST
 
 

@@ -12,8 +12,8 @@ import tvm
 from tvm import relax, s_tir, tirx
 
 from tvmfuse import api
-from tvmfuse.schedules import cpu
 from tvmfuse.names import LAYOUT_REWRITE_PREPROC
+from tvmfuse.schedules import cpu
 from tvmfuse.targets import Vector
 from tvmfuse.verify import verify
 

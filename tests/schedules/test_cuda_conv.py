@@ -14,6 +14,7 @@ from tvmfuse import api
 from tvmfuse.compiler import cuda_source
 from tvmfuse.passes.space_to_depth_conv import INPUT_TRANSFORM
 from tvmfuse.schedules.cuda.matmul import NAME
+
 from conftest import nvcc_compiles
 
 CUDA = api.get_target("cuda-sm90")

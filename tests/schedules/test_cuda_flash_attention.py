@@ -13,6 +13,7 @@ import tvm
 from tvmfuse import api
 from tvmfuse.schedules.cuda import attention, flash_attention
 from tvmfuse.shapes import AttentionShape
+
 from conftest import build_cuda_kernel, cuda_source, nvcc_compiles
 
 TARGET = api.get_target("cuda-sm90").tvm_target()

@@ -13,6 +13,7 @@ from tvm import te
 
 from tvmfuse import api
 from tvmfuse.schedules.cuda.matmul import TILES, MmaTile, TensorCoreMatmul, choose_tile
+
 from conftest import build_cuda_kernel, cuda_source, nvcc_compiles
 
 TARGET = api.get_target("cuda-sm90").tvm_target()

@@ -14,6 +14,7 @@ import tvm
 from tvm.script import tirx as T
 
 from tvmfuse.schedules.cuda.mma_gemm import MmaGemmTile, gemm_kernel
+
 from conftest import nvcc_compiles
 
 GPU = tvm.cuda(0).exist
@@ -106,10 +107,10 @@ def test_numbers_against_numpy(m, n, k, tile, dtype):
 def _pass_input(m, n, k, lead=(1,), dtype="float16"):
     """A Relax module calling a fused linear layer + bias + GELU (``test_cuda_wgmma._fused``)
     with a constant weight [K, N], as LegalizeOps writes it; and that weight."""
+    from test_cuda_wgmma import _fused  # noqa: PLC0415
     from tvm import relax  # noqa: PLC0415
 
     from conftest import relax_main  # noqa: PLC0415
-    from test_cuda_wgmma import _fused  # noqa: PLC0415
 
     rng = np.random.default_rng(1)
     store = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype

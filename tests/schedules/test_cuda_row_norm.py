@@ -17,6 +17,7 @@ from tvm import te
 from tvmfuse import api
 from tvmfuse.schedules.cuda.row_norm import match_gemm_row_norm
 from tvmfuse.verify import verify
+
 from conftest import nvcc_compiles
 
 SM90A = tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": "llvm"})
@@ -52,8 +53,9 @@ def _fused_norm(m, n, k, *, lead=(), rms=False, dtype="float16"):
     var = te.compute(total.shape, lambda *i: te.sum(
         (x[(*i, j2)].astype("float32") - mean[i]) * (x[(*i, j2)].astype("float32") - mean[i]),
         axis=j2), name="var_sum")
-    out = te.compute(acc.shape, lambda *i: ((x[i].astype("float32") - mean[i[:-1]]) * tvm.tirx.rsqrt(
-        var[i[:-1]] / float(n) + EPS)).astype(dtype) * gamma[i[-1]] + beta[i[-1]], name="out")
+    out = te.compute(acc.shape, lambda *i: (
+        (x[i].astype("float32") - mean[i[:-1]]) * tvm.tirx.rsqrt(var[i[:-1]] / float(n) + EPS)
+    ).astype(dtype) * gamma[i[-1]] + beta[i[-1]], name="out")
     return te.create_prim_func([a, w, bias, residual, gamma, beta, out])
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from tvm import topi
-from tvm import te
+from tvm import te, topi
 
 from tvmfuse import api
 from tvmfuse.schedules.cuda.rows import MAX_ROW, WarpRows
+
 from conftest import build_cuda_kernel, cuda_source, nvcc_compiles
 
 TARGET = api.get_target("cuda-sm90").tvm_target()

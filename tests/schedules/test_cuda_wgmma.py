@@ -19,6 +19,7 @@ from tvmfuse.schedules.cuda.conv_match import match_conv
 from tvmfuse.schedules.cuda.gemm_match import match_gemm
 from tvmfuse.schedules.cuda.wgmma import gemm_kernel
 from tvmfuse.schedules.cuda.wgmma_tile import ConvGeometry, WgmmaTile, choose_wgmma_tile
+
 from conftest import nvcc_compiles, relax_main
 
 SM90A = tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": "llvm"})

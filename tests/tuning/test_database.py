@@ -11,6 +11,7 @@ from tests.conftest import run_cli
 from tvmfuse import api
 from tvmfuse.passes import ApplyScheduleRules
 from tvmfuse.tuning import database
+
 from conftest import HOST
 
 HOST_CONFIG = api.get_target(HOST).config

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_cli
 from tvmfuse import env
 from tvmfuse.tuning import database
+
+from conftest import REPO, run_cli
 
 #: How many workloads of the committed database the damaged copies hold (each ~100 KB).
 WORKLOADS = 5

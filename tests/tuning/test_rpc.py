@@ -12,6 +12,7 @@ import pytest
 
 from tvmfuse import TvmfuseError, api
 from tvmfuse.tuning import database
+
 from conftest import HOST
 
 TARGET = api.get_target(HOST)

@@ -10,6 +10,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvmfuse import TvmfuseError, api
 from tvmfuse.tuning.tune import plan_tasks
 from tvmfuse.verify import verify
+
 from conftest import HOST
 
 TARGET = api.get_target(HOST)

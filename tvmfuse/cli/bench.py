@@ -14,16 +14,24 @@ from .. import env
 from ..bench.engines import ENGINES, check_names
 from ..errors import TvmfuseError
 from .common import (
-    DTYPES, add_database_arguments, add_model_arguments, build_options, check_model_arguments,
-    check_output_file, import_arguments, positive_float, positive_int,
+    DTYPES,
+    add_database_arguments,
+    add_model_arguments,
+    build_options,
+    check_model_arguments,
+    check_output_file,
+    import_arguments,
+    positive_float,
+    positive_int,
 )
 
 log = logging.getLogger(__name__)
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("bench", help="time tvmfuse against PyTorch, ONNX Runtime and stock TVM",
-                            description=__doc__)
+    parser = sub.add_parser(
+        "bench", help="time tvmfuse against PyTorch, ONNX Runtime and stock TVM",
+        description=__doc__)
     add_model_arguments(parser)
     parser.add_argument("--batch", type=positive_int, metavar="N",
                         help="batch size (axis 0 of every input)")

@@ -10,8 +10,14 @@ from pathlib import Path
 from .. import env
 from ..errors import TvmfuseError
 from .common import (
-    add_database_arguments, add_model_arguments, add_rpc_argument, build_options,
-    check_model_arguments, check_rpc, import_arguments, positive_int,
+    add_database_arguments,
+    add_model_arguments,
+    add_rpc_argument,
+    build_options,
+    check_model_arguments,
+    check_rpc,
+    import_arguments,
+    positive_int,
 )
 
 log = logging.getLogger(__name__)

@@ -13,14 +13,19 @@ from dataclasses import replace
 from pathlib import Path
 
 from .common import (
-    add_database_arguments, add_model_arguments, build_options, check_model_arguments,
-    import_arguments, positive_int,
+    add_database_arguments,
+    add_model_arguments,
+    build_options,
+    check_model_arguments,
+    import_arguments,
+    positive_int,
 )
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("inspect", help="compare kernels and bytes moved: unfused, stock, tvmfuse",
-                            description=__doc__)
+    parser = sub.add_parser(
+        "inspect", help="compare kernels and bytes moved: unfused, stock, tvmfuse",
+        description=__doc__)
     add_model_arguments(parser)
     parser.add_argument("--batch", type=positive_int, metavar="N",
                         help="batch size (axis 0 of every input)")

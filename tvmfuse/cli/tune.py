@@ -12,8 +12,15 @@ from pathlib import Path
 from .. import env
 from ..errors import TvmfuseError
 from .common import (
-    add_model_arguments, add_rpc_argument, build_options, check_model_arguments, check_rpc,
-    check_writable, import_arguments, nonnegative_int, positive_int,
+    add_model_arguments,
+    add_rpc_argument,
+    build_options,
+    check_model_arguments,
+    check_rpc,
+    check_writable,
+    import_arguments,
+    nonnegative_int,
+    positive_int,
 )
 
 log = logging.getLogger(__name__)

@@ -33,12 +33,11 @@ from .widen_epilogues import WidenEpilogues
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip", "ExpandIntegerPower",
-           "FoldBatchNorm", "FoldConstantCasts", "FoldCreationOps", "FoldGeluTanh",
-           "FoldLayoutGlue", "FoldMatmulReshape",
-           "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
-           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
-           "NormalizeSqueezeAxes", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
-           "SimplifyBoundedShapes", "SpaceToDepthConv", "StoreNarrowed", "UseWgmmaGemms",
-           "VerifyFusion", "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum",
-           "WinogradConv2D"]
+__all__ = ["ApplyDatabase", "ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip",
+           "ExpandIntegerPower", "FoldBatchNorm", "FoldConstantCasts", "FoldCreationOps",
+           "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv",
+           "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective", "MarkWeightsLayoutFree",
+           "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16", "NormalizeSqueezeAxes",
+           "PadConvChannels", "PointConvAsMatmul", "PrepackWeights", "SimplifyBoundedShapes",
+           "SpaceToDepthConv", "StoreNarrowed", "UseWgmmaGemms", "VerifyFusion",
+           "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]

@@ -36,7 +36,12 @@ from tvm import relax
 from .. import names
 from ..shapes import AttentionShape
 from ._rewrite import (
-    NARROW_FLOATS, calls_op, dims_equal, dims_of, scalar_constant, shapes_equal,
+    NARROW_FLOATS,
+    calls_op,
+    dims_equal,
+    dims_of,
+    scalar_constant,
+    shapes_equal,
 )
 
 #: The fusion rule this pass implements, as the build report names it.

@@ -48,8 +48,8 @@ import tvm
 from tvm import relax
 
 from ..names import IS_SCHEDULED, SCHEDULE, TIRX_KERNEL
-from ..targets import SM90_GPU, GpuFacts
 from ..schedules.cuda import conv_match, gemm_match, mma_gemm, row_norm, wgmma, wgmma_tile
+from ..targets import SM90_GPU, GpuFacts
 from ._rewrite import constant_arguments
 
 log = logging.getLogger(__name__)

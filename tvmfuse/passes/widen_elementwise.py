@@ -27,6 +27,7 @@ from tvm import relax
 
 from ._rewrite import NARROW_FLOATS, WITH_OUT_DTYPE
 from .widen_epilogues import WIDE
+
 #: Ops whose narrow result is a rounding of a wider one: arithmetic and the activations'
 #: transcendental functions. Not negation, maximum, minimum or ReLU (exact in any type), nor
 #: layout ops (they move values: the chain's rounding point).

@@ -36,8 +36,8 @@ import tvm
 from tvm import relax, te, tirx
 from tvm.relax.dpl import is_const, is_op, wildcard
 
-from ._rewrite import mutate_functions, static_shape
 from ..names import OP_PATTERN, OPAQUE, WINOGRAD_INPUT, WINOGRAD_OUTPUT
+from ._rewrite import mutate_functions, static_shape
 
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], "float64")
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], "float64")

@@ -18,7 +18,6 @@ from ..schedules.cpu.attention import attention_kernel
 from . import whole_vectors
 from .base import Strategy, nhwc_convs
 
-
 #: The TIR pipeline of CPU builds: s_tir's, the kernels whose last column tile is partial split
 #: first (``tvmfuse.passes.part_tail``), every float max/min then made to propagate NaN
 #: (``tvmfuse.passes.propagate_nan``).

@@ -8,17 +8,16 @@ import functools
 import math
 
 import tvm
-from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from ..names import TIRX_KERNEL
 from ..passes import ApplyScheduleRules, SpaceToDepthConv, UseWgmmaGemms
 from ..passes._rewrite import static_shape
 from ..passes.propagate_nan import PropagateNaN
+from ..rules import Rule
 from ..schedules.cuda.attention import attention_kernel
 from ..schedules.cuda.matmul import TensorCoreMatmul
 from ..schedules.cuda.rows import WarpRows
-from ..rules import Rule
 from .base import Strategy, nhwc_convs
 
 #: The TIR pipeline of CUDA builds: TIRx's for the kernels written in TIRx, s_tir's for the rest,
@@ -103,8 +102,8 @@ class CudaStrategy(Strategy):
 def _mixed_pipeline():
     """TIRx's lowering for the functions marked ``TIRX_KERNEL``, s_tir's for the others; both
     end in the same host and device finalization."""
-    from tvm.tirx import compilation_pipeline  # noqa: PLC0415
     import tvm.s_tir.pipeline  # noqa: F401, PLC0415 - registers the s_tir pipeline
+    from tvm.tirx import compilation_pipeline  # noqa: PLC0415
 
     s_tir, finalize_host, finalize_device = compilation_pipeline.get_tir_pipeline("s_tir")
     tirx = compilation_pipeline.get_tir_pipeline("tirx")[0]
