@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # (a model built once) are not built twice.
 TEST_JOBS ?= 2
 
-.PHONY: demo test test-arm test-slow sysdeps arm-sysdeps clean
+.PHONY: demo test lint test-arm test-slow sysdeps arm-sysdeps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ arm-sysdeps: sysdeps
 
 demo: $(STAMP)
 	$(BIN)/tvmfuse build resnet50 $(if $(TARGET),--target $(TARGET)) -o build/resnet50 --verify --bench
+
+# ruff, configured in pyproject.toml: zero findings, or CI fails
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 test: $(STAMP) sysdeps
 	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile $(PYTEST_ARGS)

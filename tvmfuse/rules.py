@@ -3,7 +3,8 @@
 A TOML file with a ``[default]`` table and optional per-target tables (``[avx512]``, ``[avx2]``,
 ``[x86-64]``, ``[arm64]``, ``[cuda]``) whose entries override the defaults for that target, like
 CANN's fusion switch file but per target. Unknown rules, keys or sections are errors: a typo must
-not silently turn a fusion off. """
+not silently turn a fusion off.
+"""
 
 from __future__ import annotations
 
