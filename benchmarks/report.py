@@ -85,7 +85,7 @@ def model_name(report: dict) -> str:
 
 
 def engines(report: dict) -> dict[str, dict]:
-    return {r["engine"]: r for r in report["results"] if r.get("median_ms") is not None}
+    return {r["engine"]: r for r in report.get("results", ()) if r.get("median_ms") is not None}
 
 
 def best_peer(report: dict) -> tuple[str, float] | None:
@@ -139,6 +139,10 @@ def bench_table(reports: list[dict], first: str, label) -> list[str]:
               "vs best peer"]
     rows = []
     for report in reports:
+        if "error" in report:  # benchmarks/models.py keeps a model whose bench failed
+            error = report["error"].replace("|", "\\|")
+            rows.append([report["model"], *["-"] * (2 + len(peers)), f"failed: {error}"])
+            continue
         by = engines(report)
         ours = by.get("tvmfuse", {})
         best = best_peer(report)

@@ -53,3 +53,13 @@ def test_check_fails_on_a_stale_file_and_fills_the_readme_block(tmp_path):
     out.write_text(out.read_text() + "a hand edit\n")
     done = report("--check", "--out", str(out), "--readme", str(tmp_path / "none.md"))
     assert done.returncode == 1 and "BENCHMARKS.md" in done.stdout, done.stdout
+
+
+def test_every_reproduce_command_names_scripts_that_exist():
+    """A result's command must still run: the scripts and files it names are in the tree."""
+    import json
+
+    for path in sorted((REPO / "benchmarks" / "results").glob("*/*.json")):
+        command = json.loads(path.read_text())["reproduce"]
+        for script in re.findall(r"(?:benchmarks|tests|tvmfuse)/[\w./-]+\.(?:py|sh)", command):
+            assert (REPO / script).is_file(), (path.name, script)
