@@ -55,6 +55,7 @@ def handle(args: argparse.Namespace) -> int:
         result = {"folder": str(args.folder),
                   "recovered": database.recover_jobs(args.folder)}
     elif args.action == "purge":
+        database.require(args.folder)  # before its lock is created in a folder of other files
         with database.locked(args.folder, create=False):
             db = database.read(args.folder)
             result = {"folder": str(args.folder), "dropped": database.purge(db, target),

@@ -1,0 +1,193 @@
+"""Trust boundaries (issue #46): no code runs from a model or build file, nothing is written
+outside the folder named (links included), one bad record never breaks a build or a database
+command. Each case is a crafted file or link, and a check that the harm did not happen."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import HOST, run_cli
+from tvmfuse import api
+from tvmfuse.errors import TvmfuseError
+from tvmfuse.tuning import database
+
+HOST_CONFIG = api.get_target(HOST).config
+
+
+# --- a .pt2 file runs nothing --------------------------------------------------------------
+
+
+class _WritesMarker:
+    """A pickle that, when unpickled by pickle itself, writes ``marker``."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> Path:
+    import torch
+
+    class Small(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return torch.relu(self.linear(x))
+
+    path = tmp_path_factory.mktemp("pt2") / "small.pt2"
+    torch.export.save(torch.export.export(Small(), (torch.randn(2, 8),)), str(path))
+    return path
+
+
+def _with_member(source: Path, dest: Path, suffix: str, data: bytes) -> Path:
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(dest, "w") as out:
+        for info in src.infolist():
+            out.writestr(info, data if info.filename.endswith(suffix) else src.read(info))
+    return dest
+
+
+@pytest.mark.parametrize("member", ["data/sample_inputs/model.pt", "data/weights/weight_0"])
+def test_a_pt2_whose_pickle_runs_code_is_refused_and_runs_nothing(exported, tmp_path, member):
+    marker = tmp_path / "marker"
+    evil = _with_member(exported, tmp_path / "evil.pt2", member,
+                        pickle.dumps(_WritesMarker(marker)))
+    if member.endswith("weight_0"):  # a pickled weight: torch.save's use_pickle path
+        config = "data/weights/model_weights_config.json"
+        with zipfile.ZipFile(evil) as archive:
+            text = json.loads(archive.read(f"small/{config}"))
+        for payload in text["config"].values():
+            payload["use_pickle"] = True
+        evil = _with_member(evil, tmp_path / "evil2.pt2", config, json.dumps(text).encode())
+    with pytest.raises(TvmfuseError, match="would run code stored in the file"):
+        api.import_model(str(evil))
+    assert not marker.exists()
+
+
+def test_a_normal_pt2_still_builds_and_runs(exported, build_tiny):
+    model, folder = build_tiny(str(exported))
+    with api.load(folder) as deployed:
+        (out,) = deployed.run(model.example_inputs)
+    np.testing.assert_allclose(out, model.reference(*model.example_inputs)[0], rtol=1e-4,
+                               atol=1e-5)
+
+
+# --- tuning databases: links, folders of other files, bad run times -----------------------
+
+
+def _record(workload: int, seconds: float, trace: str = "t") -> list:
+    return [workload, [[[trace]], [seconds], dict(HOST_CONFIG), []]]
+
+
+def _write(folder: Path, workloads, records, extra_record_lines=()) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / database.WORKLOADS).write_text(
+        "".join(json.dumps([f"h{w}", f"workload-{w}"]) + "\n" for w in workloads))
+    lines = [json.dumps(r) for r in records] + list(extra_record_lines)
+    (folder / database.RECORDS).write_text("".join(line + "\n" for line in lines))
+    return folder
+
+
+def test_purge_does_not_write_through_a_linked_quarantine(tmp_path):
+    folder = _write(tmp_path / "db", [0], [_record(0, 0.001)], ["{broken"])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    (folder / database.QUARANTINE).symlink_to(victim)
+    purge = run_cli("db", "purge", str(folder))
+    assert purge.returncode == 2 and "Traceback" not in purge.stderr, purge.stderr
+    assert "is a symbolic link" in purge.stderr
+    assert victim.read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("name", [".lock", f".{database.WORKLOADS}.new"])
+def test_no_database_file_is_written_through_a_link(tmp_path, name):
+    folder = _write(tmp_path / "db", [0], [_record(0, 0.001)])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    (folder / name).symlink_to(victim)
+    try:
+        with database.locked(folder, create=False):
+            database.write(database.read(folder))
+    except TvmfuseError as err:
+        assert name == ".lock" and "symbolic link" in str(err)
+    else:  # a left-over .new file is removed (a link too), not written through
+        assert name != ".lock" and len(database.read(folder).records) == 1
+    assert victim.read_text() == "keep\n"
+
+
+def test_recover_follows_no_link_to_another_folder(tmp_path):
+    folder = _write(tmp_path / "db", [0], [_record(0, 0.001)])
+    other = _write(tmp_path / "other", [7], [_record(0, 0.002, trace="other")])
+    before = sorted(p.name for p in other.iterdir())
+    (folder / f"{database.JOB_PREFIX}evil").symlink_to(other, target_is_directory=True)
+    result = run_cli("db", "recover", str(folder), "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["recovered"] == 0
+    assert len(database.read(folder).records) == 1
+    assert sorted(p.name for p in other.iterdir()) == before  # no .lock, no .owner there
+
+
+def test_purge_refuses_a_folder_that_is_not_a_database_before_locking_it(tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes(b"x")
+    purge = run_cli("db", "purge", str(folder))
+    assert purge.returncode == 2 and "is not a tuning database" in purge.stderr, purge.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["a.jpg"]
+
+
+def test_recover_quarantines_a_damaged_jobs_bad_lines(tmp_path):
+    folder = _write(tmp_path / "db", [0], [_record(0, 0.001)])
+    _write(folder / f"{database.JOB_PREFIX}dead", [1], [_record(0, 0.002)], ["{broken"])
+    assert database.recover_jobs(folder) == 1
+    assert database.quarantined(folder) == 1
+    (kept,) = [json.loads(line) for line in (folder / database.QUARANTINE).open()]
+    assert kept["text"] == "{broken" and kept["file"].endswith(database.RECORDS)
+
+
+BAD_TIMES = ["NaN", "Infinity", "-Infinity", "-0.001", "0", "1e308"]
+
+
+def _with_bad_time(folder: Path, seconds: str) -> Path:
+    good = _record(0, 0.001)
+    bad = json.dumps(_record(1, 0.5)).replace("[0.5]", f"[{seconds}]")
+    return _write(folder, [0, 1], [good], [bad])
+
+
+@pytest.mark.parametrize("seconds", BAD_TIMES)
+def test_a_record_with_an_unmeasured_run_time_is_a_problem_everywhere(tmp_path, seconds):
+    """check reports it, purge quarantines it, merge does not copy it, and a build's copy of
+    the database leaves it out (MetaSchedule cannot read NaN; a negative time would win)."""
+    folder = _with_bad_time(tmp_path / "db", seconds)
+    db = database.read(folder)
+    assert len(db.records) == 1 and "is not a measured time" in str(db.problems[0])
+    merged = database.merge_folders([folder], tmp_path / "merged")
+    assert merged.records == 1 and len(merged.skipped) == 1
+    assert database.usable(folder, HOST_CONFIG, tmp_path / "scratch") == tmp_path / "scratch"
+    assert len((tmp_path / "scratch" / database.RECORDS).read_text().splitlines()) == 1
+    with database.locked(folder, create=False):
+        db = database.read(folder)
+        database.purge(db)
+        database.write(db)
+    assert database.quarantined(folder) == 1 and database.read(folder).sound
+
+
+def test_db_check_and_purge_report_an_unmeasured_run_time(tmp_path):
+    folder = _with_bad_time(tmp_path / "db", "NaN")
+    check = run_cli("db", "check", str(folder))
+    assert check.returncode == 1 and "is not a measured time" in check.stdout, check.stdout
+    purge = run_cli("db", "purge", str(folder))
+    assert purge.returncode == 0 and "corrupt lines kept in" in purge.stdout, purge.stderr
+    # (the made-up workloads do not replay: check exits 1 on them, not on the run time)
+    assert "is not a measured time" not in run_cli("db", "check", str(folder)).stdout
