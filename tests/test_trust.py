@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import zipfile
 from pathlib import Path
 
@@ -191,3 +192,110 @@ def test_db_check_and_purge_report_an_unmeasured_run_time(tmp_path):
     assert purge.returncode == 0 and "corrupt lines kept in" in purge.stdout, purge.stderr
     # (the made-up workloads do not replay: check exits 1 on them, not on the run time)
     assert "is not a measured time" not in run_cli("db", "check", str(folder)).stdout
+
+
+# --- build folders: what a manifest names stays inside, an edited one is one line --------
+
+
+@pytest.fixture(scope="module")
+def built(build_tiny) -> Path:
+    return build_tiny("tiny-resnet")[1]
+
+
+def _edit(folder: Path, how: str, tmp_path: Path, other: Path) -> None:
+    manifest_path = folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    spec = manifest["inputs"][0]
+    if how == "library ../elsewhere":
+        other = tmp_path / "elsewhere"
+        other.mkdir()
+        (other / "model.so").write_bytes((folder / "model.so").read_bytes())
+        manifest["library"] = "../elsewhere/model.so"
+    elif how == "library absolute":
+        manifest["library"] = str((folder / "model.so").resolve())
+    elif how == "library /etc/passwd":
+        manifest["library"] = "../../../../../../../../etc/passwd"
+    elif how == "model.so a link out":
+        outside = tmp_path / "outside.so"
+        (folder / "model.so").rename(outside)
+        (folder / "model.so").symlink_to(outside)
+    elif how == "input shape":
+        spec["shape"][-1] += 1
+    elif how == "input dtype":
+        spec["dtype"] = "float64"
+    elif how == "unknown dtype":
+        spec["dtype"] = "banana"
+    elif how == "extra input":
+        manifest["inputs"].append(dict(spec, name="extra"))
+    elif how == "negative dimension":
+        spec["shape"][-1] = -3
+    elif how == "huge dimension":
+        spec["shape"][-1] = 10**12
+    elif how in ("another TVM library", "a non-TVM library"):
+        if how == "another TVM library":  # a build of another model, digest updated
+            library = other / "model.so"
+        else:
+            library = next(Path(np.__file__).parent.glob("**/_multiarray_umath*.so"))
+        (folder / "model.so").write_bytes(library.read_bytes())
+        from tvmfuse.runtime import file_digest
+
+        manifest["files"]["model.so"] = file_digest(folder / "model.so")
+    manifest_path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("library ../elsewhere", "which is not a file of the build folder"),
+    ("library absolute", "which is not a file of the build folder"),
+    ("library /etc/passwd", "which is not a file of the build folder"),
+    ("model.so a link out", "which is not a file of the build folder"),
+    ("input shape", "did not run on inputs its manifest describes"),
+    ("input dtype", "did not run on inputs its manifest describes"),
+    ("unknown dtype", "manifest.json is damaged"),
+    ("extra input", "did not run on inputs its manifest describes"),
+    ("negative dimension", "manifest.json is damaged"),
+    ("huge dimension", "manifest.json is damaged"),
+    ("another TVM library", "did not run on inputs its manifest describes"),
+    ("a non-TVM library", "cannot load"),
+])
+def test_an_edited_build_folder_is_one_line_and_opens_nothing_outside(
+        built, exported, build_tiny, tmp_path, how, message):
+    from test_cli_faults import _one_error_line
+
+    folder = tmp_path / "build"
+    shutil.copytree(built, folder)
+    _edit(folder, how, tmp_path, build_tiny(str(exported))[1])
+    result = run_cli("run", str(folder), "--random", "-o", str(tmp_path / "out.npz"))
+    _one_error_line(result, message)
+
+
+def test_a_reference_linked_out_of_the_build_is_refused(built, tmp_path):
+    from test_cli_faults import _one_error_line
+
+    folder = tmp_path / "build"
+    shutil.copytree(built, folder)
+    (folder / "check.npz").rename(tmp_path / "check.npz")
+    (folder / "check.npz").symlink_to(tmp_path / "check.npz")
+    result = run_cli("run", str(folder), "--check", "-o", str(tmp_path / "out.npz"))
+    _one_error_line(result, "which is not a file of the build folder")
+
+
+# --- run -o never replaces an input or a file of the build -------------------------------
+
+
+def test_run_refuses_to_overwrite_its_input_or_the_builds_reference(built, tmp_path):
+    from test_cli_faults import _one_error_line
+
+    folder = tmp_path / "build"
+    shutil.copytree(built, folder)
+    reference = (folder / "check.npz").read_bytes()
+    result = run_cli("run", str(folder), "--random", "-o", str(folder / "check.npz"))
+    _one_error_line(result, "is a file of the build")
+    assert (folder / "check.npz").read_bytes() == reference
+    with np.load(folder / "check.npz") as saved:
+        inputs = {k.removeprefix("input:"): saved[k] for k in saved.files if "input:" in k}
+    np.savez(tmp_path / "x.npz", **inputs)
+    before = (tmp_path / "x.npz").read_bytes()
+    result = run_cli("run", str(folder), "--input", str(tmp_path / "x.npz"), "-o",
+                     str(tmp_path / "x.npz"))
+    _one_error_line(result, "is the input file")
+    assert (tmp_path / "x.npz").read_bytes() == before
