@@ -299,3 +299,38 @@ def test_run_refuses_to_overwrite_its_input_or_the_builds_reference(built, tmp_p
                      str(tmp_path / "x.npz"))
     _one_error_line(result, "is the input file")
     assert (tmp_path / "x.npz").read_bytes() == before
+
+
+# --- leftovers and odd destinations --------------------------------------------------------
+
+
+def test_a_build_removes_the_staging_folder_a_killed_build_left(exported, tmp_path):
+    dead = tmp_path / ".out.99999999.k1ll3d"  # above Linux's largest PID: never running
+    dead.mkdir()
+    (dead / "model.so").write_bytes(b"half")
+    alive = tmp_path / f".out.{os.getpid()}.running"
+    alive.mkdir()
+    compiled = api.compile_model(api.import_model(str(exported)), api.get_target(HOST),
+                                 api.BuildOptions())
+    api.build(compiled, tmp_path / "out")
+    assert not dead.exists() and alive.exists()
+    assert (tmp_path / "out" / "manifest.json").is_file()
+
+
+def test_build_to_a_linked_destination_is_refused_and_leaves_no_link(tmp_path):
+    from test_cli_faults import _one_error_line
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    result = run_cli("build", "tiny-resnet", "-o", str(tmp_path / "link"))
+    _one_error_line(result, "is a symbolic link")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
+def test_a_file_as_the_tuning_logs_root_is_an_error_for_build(tmp_path, monkeypatch):
+    from test_cli_faults import _one_error_line
+
+    (tmp_path / "logs").write_text("not a folder")
+    monkeypatch.setenv("TVMFUSE_TUNING_LOGS", str(tmp_path / "logs"))
+    result = run_cli("build", "tiny-resnet", "-o", str(tmp_path / "out"))
+    _one_error_line(result, "is a file, not a folder")
