@@ -334,3 +334,58 @@ def test_a_file_as_the_tuning_logs_root_is_an_error_for_build(tmp_path, monkeypa
     monkeypatch.setenv("TVMFUSE_TUNING_LOGS", str(tmp_path / "logs"))
     result = run_cli("build", "tiny-resnet", "-o", str(tmp_path / "out"))
     _one_error_line(result, "is a file, not a folder")
+
+
+# --- a record on another kernel's workload -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def swapped(tmp_path_factory) -> Path:
+    """Two workloads of a committed database with their records, the workload lines swapped:
+    each record now names the other kernel."""
+    from tvmfuse import env
+
+    source = sorted(env.SHIPPED_TUNING_LOGS.glob("avx512-*"))[0]
+    with open(source / database.WORKLOADS) as f:
+        workloads = f.readlines()
+    with open(source / database.RECORDS) as f:
+        records = f.readlines()
+    for other in range(1, len(workloads)):  # the first kernel whose trace differs from k0's
+        folder = tmp_path_factory.mktemp("swapped")
+        (folder / database.WORKLOADS).write_text(workloads[other] + workloads[0])
+        (folder / database.RECORDS).write_text("".join(
+            line.replace(f"[{other},", "[1,", 1) if line.startswith(f"[{other},") else line
+            for line in records if json.loads(line)[0] in (0, other)))
+        if database.replay(database.read(folder)):
+            return folder
+    raise AssertionError("every pair of kernels replays the other's trace")
+
+
+def test_a_record_of_another_kernel_is_skipped_by_a_build(swapped, tmp_path, caplog):
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from tvmfuse.passes import ApplyScheduleRules
+    from tvmfuse.passes.apply_database import ApplyDatabase
+
+    folder = tmp_path / "db"
+    shutil.copytree(swapped, folder)
+    assert database.replay(database.read(folder))  # the case is real: they do not replay
+    kernels = [ms.database.Workload.from_json(w).mod["main"]
+               for w in database.read(folder).workloads]
+    mod = tvm.IRModule({f"k{i}": f.with_attr("global_symbol", f"k{i}")
+                        for i, f in enumerate(kernels)})
+    with api.get_target(HOST).tvm_target():
+        ApplyDatabase(folder, ApplyScheduleRules([]))(mod)
+    assert "do not replay on their kernel and are skipped" in caplog.text
+    assert (folder / database.RECORDS).read_text() == (swapped / database.RECORDS).read_text()
+
+
+def test_purge_sets_aside_a_record_of_another_kernel(swapped, tmp_path):
+    folder = tmp_path / "db"
+    shutil.copytree(swapped, folder)
+    purge = run_cli("db", "purge", str(folder), "--json")
+    assert purge.returncode == 0, purge.stderr
+    assert json.loads(purge.stdout)["dropped"]["not replaying"] > 0
+    assert database.quarantined(folder) > 0
+    assert not database.replay(database.read(folder))

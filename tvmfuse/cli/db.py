@@ -60,6 +60,7 @@ def handle(args: argparse.Namespace) -> int:
             db = database.read(args.folder)
             result = {"folder": str(args.folder), "dropped": database.purge(db, target),
                       "quarantine": str(args.folder / database.QUARANTINE)}
+            result["dropped"]["not replaying"] = database.drop_not_replaying(db)
             database.write(db)
             result["kept"] = {"workloads": len(db.workloads), "records": len(db.records)}
     else:
@@ -105,7 +106,7 @@ def _print(action: str, result: dict) -> None:
         dropped = ", ".join(f"{n} {why}" for why, n in result["dropped"].items())
         print(f"{result['folder']}: dropped {dropped}; kept {result['kept']['workloads']} "
               f"workloads, {result['kept']['records']} records")
-        if result["dropped"]["corrupt lines"]:
+        if result["dropped"]["corrupt lines"] or result["dropped"]["not replaying"]:
             print(f"  corrupt lines kept in {result['quarantine']}")
         return
     print(f"{result['folder']}: {result['workloads']} workloads, {result['records']} records "

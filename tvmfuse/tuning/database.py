@@ -555,6 +555,13 @@ def stats(db: Database, target: dict | None = None) -> dict:
 def replay(db: Database) -> list[str]:
     """Every record whose trace does not replay on its workload (a record of another TVM, or
     attached to the wrong workload), named by its workload and record position. Loads TVM."""
+    return [f"record {number} (workload {db.records[number - 1][0]}): its trace does not replay "
+            f"({message})" for number, message in not_replaying(db)]
+
+
+def not_replaying(db: Database) -> list[tuple[int, str]]:
+    """``(record number from 1, why)`` for every record of ``db`` whose trace does not replay
+    on its workload. Loads TVM."""
     from tvm import s_tir  # noqa: PLC0415 - only this check needs TVM; `db stats` stays light
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
 
@@ -568,6 +575,18 @@ def replay(db: Database) -> list[str]:
             record.trace.apply_to_schedule(s_tir.Schedule(workloads[index].mod),
                                            remove_postproc=True)
         except Exception as err:  # noqa: BLE001 - any failure is the finding
-            failures.append(f"record {number} (workload {index}): its trace does not replay "
-                            f"({one_line(err, 160)})")
+            failures.append((number, one_line(err, 160)))
     return failures
+
+
+def drop_not_replaying(db: Database) -> int:
+    """Move the records of ``db`` whose trace does not replay to its problems (the quarantine,
+    once written); returns how many."""
+    failures = dict(not_replaying(db))
+    for number in sorted(failures):
+        index, body = db.records[number - 1]
+        db.problems.append(Problem(RECORDS, number, f"its trace does not replay on its workload "
+                                                    f"({failures[number]})",
+                                   json.dumps([index, body], separators=(",", ":"))))
+    db.records = [r for n, r in enumerate(db.records, 1) if n not in failures]
+    return len(failures)
