@@ -6,10 +6,12 @@ earlier one untouched. :mod:`tvmfuse.runtime` reads what this writes.
 from __future__ import annotations
 
 import datetime
+import glob
 import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -33,6 +35,9 @@ def check_destination(out_dir: str | Path) -> Path:
     """``out_dir`` if a build can be written there, else a TvmfuseError saying why: checked
     before compiling, so a bad ``-o`` costs no compile."""
     out_dir = Path(out_dir)
+    if out_dir.is_symlink():  # the swap would replace the link, not the build it points to
+        raise TvmfuseError(f"{out_dir} is a symbolic link; name the folder it points to "
+                           f"({out_dir.resolve()}) as -o")
     here = Path.cwd().resolve()
     if out_dir.resolve() == here or out_dir.resolve() in here.parents:
         raise TvmfuseError(f"-o {out_dir} is the current folder or one above it, which a build "
@@ -59,7 +64,9 @@ def build(compiled: Compiled, out_dir: str | Path,
     """
     out_dir = check_destination(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    _remove_dead_stagings(out_dir)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.{os.getpid()}.",
+                                    dir=out_dir.parent))
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the build from other users
     try:
         compiled.target.export(compiled.executable, str(staging / runtime.LIBRARY))
@@ -74,6 +81,25 @@ def build(compiled: Compiled, out_dir: str | Path,
         raise
     log.info("wrote %s", out_dir)
     return out_dir
+
+
+def _remove_dead_stagings(out_dir: Path) -> None:
+    """Remove the staging folders (``.NAME.PID.XXXX``) and swapped-out builds (``.NAME.old-PID``)
+    that builds into ``out_dir`` left when they were killed (SIGKILL, power loss): their PID no
+    longer runs. A folder of a build still running is left alone."""
+    pattern = re.compile(rf"\.{re.escape(out_dir.name)}\.(?:old-)?(\d+)(?:\.[\w-]+)?")
+    for folder in out_dir.parent.glob(f".{glob.escape(out_dir.name)}.*"):
+        found = pattern.fullmatch(folder.name)
+        if found is None or folder.is_symlink() or not folder.is_dir():
+            continue
+        pid = int(found.group(1))
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            log.info("removed %s, left by a build that was killed", folder)
+        except PermissionError:
+            pass  # another user's process runs under that PID
 
 
 def _write_check(model: ImportedModel, path: Path) -> None:

@@ -14,9 +14,12 @@ import importlib.util
 import inspect
 import io
 import logging
+import pickle
 import re
 import sys
+import types
 import warnings
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import tvm
+from torch.export.pt2_archive import _package as torch_package
 from torch.utils import _pytree
 from torch.utils.flop_counter import FlopCounterMode
 from tvm import relax
@@ -344,11 +348,7 @@ def _import_pt2(path: Path, overrides, dynamic, batch) -> ImportedModel:
         raise TvmfuseError(
             f"{path} fixed its dynamic dimensions when it was exported; drop --dynamic"
         )
-    try:
-        with _quiet_torch():
-            program = torch.export.load(str(path))
-    except Exception as err:  # noqa: BLE001
-        raise TvmfuseError(f"cannot load exported program {path}: {one_line(err)}") from None
+    program = _load_export(path)
     placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
     specs = []
     for name in program.graph_signature.user_inputs:
@@ -365,6 +365,59 @@ def _import_pt2(path: Path, overrides, dynamic, batch) -> ImportedModel:
             return _flatten_torch(runnable(*(torch.from_numpy(a) for a in arrays)))
 
     return _from_exported(str(path), "pt2", program, specs, examples, reference, runnable)
+
+
+class _Unsafe(Exception):
+    """A member of a ``.pt2`` file that only pickle, running code of the file's choosing, loads.
+    (Not a RuntimeError: ``torch.export.load`` retries an older format on those.)"""
+
+
+#: Folder of a ``.pt2`` archive holding AOTInductor's compiled libraries: loading one runs it.
+_AOTI_DIR = "data/aotinductor/"
+
+
+def _load_export(path: Path):
+    """``torch.export.load(path)``, executing nothing from the file: every pickled member
+    (sample inputs, pickled weights and constants) goes through torch's weights-only unpickler,
+    which builds tensors and containers and calls no other function; a member that needs more
+    (an arbitrary object, a TorchScript object, a compiled AOTInductor library) is refused."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            compiled = [n for n in archive.namelist() if _AOTI_DIR in n]
+    except (OSError, zipfile.BadZipFile) as err:
+        raise TvmfuseError(f"cannot load exported program {path}: {one_line(err)}") from None
+    if compiled:
+        raise TvmfuseError(f"{path} holds a compiled AOTInductor library ({compiled[0]}), which "
+                           f"tvmfuse does not run; save the program with torch.export.save")
+    load = torch.load
+
+    def weights_only(f, *args, **kwargs):
+        kwargs["weights_only"] = True
+        try:
+            return load(f, *args, **kwargs)
+        except pickle.UnpicklingError as err:  # the unpickler's finding, not its advice
+            found = [line for line in str(err).splitlines() if "Unpickler error:" in line]
+            raise _Unsafe(found[0].split("error:", 1)[1] if found else "not plain tensors") \
+                from None
+
+    def refuse(*_args, **_kwargs):
+        raise _Unsafe("it holds a pickled Python or TorchScript object")
+
+    saved = (torch.load, torch._C._pickle_load_obj, torch_package.pickle)
+    torch.load, torch._C._pickle_load_obj = weights_only, refuse
+    torch_package.pickle = types.SimpleNamespace(loads=refuse)
+    try:
+        with _quiet_torch(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the unpickler's protocol notes: we report one line
+            return torch.export.load(str(path))
+    except _Unsafe as err:
+        raise TvmfuseError(f"refusing to load {path}: loading it would run code stored in the "
+                           f"file ({one_line(err, 120)}); export the model again with "
+                           f"torch.export.save, or build it from its module") from None
+    except Exception as err:  # noqa: BLE001
+        raise TvmfuseError(f"cannot load exported program {path}: {one_line(err)}") from None
+    finally:
+        torch.load, torch._C._pickle_load_obj, torch_package.pickle = saved
 
 
 def map_floats(tree, fn):

@@ -71,18 +71,31 @@ class Deployed:
         self._check_open()
         self.check_inputs(arrays)
         args = self._to_device(arrays)
-        if self.rpc is None:
-            return to_numpy(self.vm["main"](*args))
-        # over RPC, main's result would be an opaque remote object: run it statefully instead
-        self.vm.set_input("main", *args)
-        self.vm.invoke_stateful("main")
-        return to_numpy(self.vm.get_outputs("main"))
+        try:
+            if self.rpc is None:
+                outputs = to_numpy(self.vm["main"](*args))
+            else:
+                # over RPC, main's result would be an opaque remote object: run it statefully
+                self.vm.set_input("main", *args)
+                self.vm.invoke_stateful("main")
+                outputs = to_numpy(self.vm.get_outputs("main"))
+        except Exception as err:  # noqa: BLE001 - the VM raises TVM's errors of every kind
+            raise TvmfuseError(f"{self.path / self.manifest['library']} did not run on inputs "
+                               f"its manifest describes ({one_line(err, 160)}); if "
+                               f"{MANIFEST} was edited or the library replaced, rebuild the "
+                               f"model") from None
+        if len(outputs) != len(self.outputs):
+            raise TvmfuseError(f"{self.path / self.manifest['library']} returned "
+                               f"{len(outputs)} output(s), its {MANIFEST} names "
+                               f"{len(self.outputs)}; rebuild the model")
+        return outputs
 
     def reference(self) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
         """The example inputs and reference outputs saved at build time, or None."""
         path = self.path / CHECK
         if not path.is_file():
             return None
+        path = inside(self.path, CHECK)
         try:
             with np.load(path, allow_pickle=False) as saved:
                 return ([saved[f"input:{s.name}"] for s in self.inputs],
@@ -146,17 +159,19 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
         raise TvmfuseError(f"{path} is not a tvmfuse build: it has no {MANIFEST}")
+    manifest_path = inside(path, MANIFEST)
     try:
         manifest = json.loads(manifest_path.read_text())
         target = get_target(manifest["target"]["name"])
-        library = path / manifest["library"]
-        inputs = tuple(TensorSpec.from_json(s) for s in manifest["inputs"])
-        outputs = tuple(TensorSpec.from_json(s) for s in manifest["outputs"])
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
-        raise TvmfuseError(f"{manifest_path} is damaged ({type(err).__name__}: {err}); rebuild "
-                           f"the model") from None
-    if not library.is_file():
-        raise TvmfuseError(f"{path} has no {library.name}; rebuild the model")
+        name = manifest["library"]
+        inputs = tuple(_spec(s) for s in manifest["inputs"])
+        outputs = tuple(_spec(s) for s in manifest["outputs"])
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as err:
+        raise TvmfuseError(f"{manifest_path} is damaged ({type(err).__name__}: "
+                           f"{one_line(err, 120)}); rebuild the model") from None
+    if not isinstance(name, str) or not (path / name).is_file() and not (path / name).is_symlink():
+        raise TvmfuseError(f"{path} has no {name}; rebuild the model")
+    library = inside(path, name)
     _check_library(library, manifest)
     from tvm import relax  # noqa: PLC0415
 
@@ -180,8 +195,41 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
         session.upload(str(library), name)
         module = session.load_module(name)
         device = target.device_of(session)
-    return Deployed(path, manifest, inputs, outputs, relax.VirtualMachine(module, device),
-                    device, rpc, session)
+    try:
+        vm = relax.VirtualMachine(module, device)
+    except Exception as err:  # noqa: BLE001 - a library that is not a Relax VM executable
+        raise TvmfuseError(f"cannot load {library}: it is not a tvmfuse build's library "
+                           f"({one_line(err, 120)}); rebuild the model") from None
+    return Deployed(path, manifest, inputs, outputs, vm, device, rpc, session)
+
+
+def inside(folder: Path, name: str) -> Path:
+    """``folder / name`` when it is a file of ``folder`` itself (no ``..``, no absolute path, no
+    symbolic link leading out), else a TvmfuseError: a build folder may come from someone else,
+    and its manifest must not make tvmfuse read or load a file elsewhere."""
+    path = folder / name
+    if Path(name).is_absolute() or ".." in Path(name).parts \
+            or path.resolve().parent != folder.resolve():
+        raise TvmfuseError(f"{folder}'s {MANIFEST} names {name!r}, which is not a file of the "
+                           f"build folder; rebuild the model")
+    return path
+
+
+#: The largest dimension a manifest may name: a tensor's extent is a 32-bit index in the
+#: kernels tvmfuse builds.
+MAX_DIMENSION = 2**31 - 1
+
+
+def _spec(obj: dict) -> TensorSpec:
+    """A manifest's input or output, checked: a ValueError for a dtype or dimension that no
+    build writes (an edited manifest)."""
+    spec = TensorSpec.from_json(obj)
+    np.dtype(spec.dtype)  # TypeError for a name numpy does not know
+    if not isinstance(spec.name, str) or not all(
+            isinstance(d, str) or (isinstance(d, int) and 0 <= d <= MAX_DIMENSION)
+            for d in spec.shape):
+        raise ValueError(f"input or output {spec.name!r} has shape {list(spec.shape)}")
+    return spec
 
 
 def _load_afresh(library: Path):

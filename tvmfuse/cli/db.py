@@ -55,10 +55,12 @@ def handle(args: argparse.Namespace) -> int:
         result = {"folder": str(args.folder),
                   "recovered": database.recover_jobs(args.folder)}
     elif args.action == "purge":
+        database.require(args.folder)  # before its lock is created in a folder of other files
         with database.locked(args.folder, create=False):
             db = database.read(args.folder)
             result = {"folder": str(args.folder), "dropped": database.purge(db, target),
                       "quarantine": str(args.folder / database.QUARANTINE)}
+            result["dropped"]["not replaying"] = database.drop_not_replaying(db)
             database.write(db)
             result["kept"] = {"workloads": len(db.workloads), "records": len(db.records)}
     else:
@@ -104,7 +106,7 @@ def _print(action: str, result: dict) -> None:
         dropped = ", ".join(f"{n} {why}" for why, n in result["dropped"].items())
         print(f"{result['folder']}: dropped {dropped}; kept {result['kept']['workloads']} "
               f"workloads, {result['kept']['records']} records")
-        if result["dropped"]["corrupt lines"]:
+        if result["dropped"]["corrupt lines"] or result["dropped"]["not replaying"]:
             print(f"  corrupt lines kept in {result['quarantine']}")
         return
     print(f"{result['folder']}: {result['workloads']} workloads, {result['records']} records "

@@ -44,9 +44,9 @@ def handle(args: argparse.Namespace) -> int:
     _without_torch()
     from ..bench.measure import time_deployed  # noqa: PLC0415 - TVM only after the arguments
     from ..runtime import load  # noqa: PLC0415
-    from ..specs import random_inputs  # noqa: PLC0415
 
     output = _output_path(args.output)
+    _check_output_is_new(output, args.build_dir, args.input or [])
     check_rpc(args.rpc)
     deployed = load(args.build_dir, args.rpc)
     if args.check:
@@ -55,8 +55,7 @@ def handle(args: argparse.Namespace) -> int:
         verify_saved(deployed)
         arrays = deployed.reference()[0]
     else:
-        arrays = random_inputs(deployed.inputs) if args.random else _read_inputs(args.input,
-                                                                                 deployed)
+        arrays = _random(deployed) if args.random else _read_inputs(args.input, deployed)
     outputs = deployed.run(arrays)
     np.savez(output, **{spec.name: out for spec, out in zip(deployed.outputs, outputs)})
     for spec, out in zip(deployed.outputs, outputs):
@@ -84,6 +83,30 @@ def _output_path(path: Path) -> Path:
     return path
 
 
+def _check_output_is_new(output: Path, build_dir: Path, inputs: list[Path]) -> None:
+    """Refuse an ``-o`` that would overwrite one of the inputs or a file of the build (its
+    ``check.npz`` is the reference ``run --check`` compares with)."""
+    from ..runtime import CHECK, LIBRARY, MANIFEST  # noqa: PLC0415
+
+    for path in inputs:
+        if _same_file(output, path):
+            raise TvmfuseError(f"-o {output} is the input file {path}; write the outputs to "
+                               f"another file")
+    if build_dir.is_dir() and output.resolve().parent == build_dir.resolve() \
+            and (output.exists() or output.name in (LIBRARY, MANIFEST, CHECK)):
+        raise TvmfuseError(f"-o {output} is a file of the build in {build_dir}; write the "
+                           f"outputs outside the build folder")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return a.samefile(b)  # a hard link, or a link the paths above did not resolve alike
+    except OSError:
+        return False
+
+
 def _emulated(rpc: str) -> bool:
     from ..remote import Remote  # noqa: PLC0415
 
@@ -99,6 +122,17 @@ def _without_torch() -> None:
     """
     if "torch" not in sys.modules:
         sys.modules["torch"] = None
+
+
+def _random(deployed) -> list[np.ndarray]:
+    from ..specs import random_inputs  # noqa: PLC0415
+
+    try:
+        return random_inputs(deployed.inputs)
+    except (MemoryError, ValueError) as err:  # a size no build names: an edited manifest
+        raise TvmfuseError(f"cannot make random inputs of {deployed.path}'s input shapes "
+                           f"({type(err).__name__}: {str(err)[:120]}); if its manifest.json was "
+                           f"edited, rebuild the model") from None
 
 
 def _read_inputs(paths: list[Path], deployed) -> list[np.ndarray]:

@@ -10,13 +10,18 @@ searched record stays as it was measured.
 
 from __future__ import annotations
 
+import logging
+import tempfile
 from pathlib import Path
 
 import tvm
 from tvm import relax, tirx
 
 from .. import names
+from ..tuning import database as tuning_db
 from .apply_schedule_rules import ApplyScheduleRules
+
+log = logging.getLogger(__name__)
 
 
 @tvm.transform.module_pass(opt_level=0, name="ApplyDatabase")
@@ -28,7 +33,13 @@ class ApplyDatabase:
         self.database, self.scheduler = database, scheduler
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-        applied = relax.transform.MetaScheduleApplyDatabase(str(self.database))(mod)
+        try:
+            applied = relax.transform.MetaScheduleApplyDatabase(str(self.database))(mod)
+        except Exception:  # noqa: BLE001 - a record that does not replay fails the whole pass
+            with tempfile.TemporaryDirectory(prefix="tvmfuse-db-") as scratch:
+                if not _without_broken_records(Path(self.database), Path(scratch)):
+                    raise
+                applied = relax.transform.MetaScheduleApplyDatabase(scratch)(mod)
         target = tvm.target.Target.current()
         for gvar, func in list(applied.functions.items()):
             rule = seed_rule(func) if isinstance(func, tirx.PrimFunc) else None
@@ -42,6 +53,22 @@ class ApplyDatabase:
                 fresh = fresh.with_attr(key, value)
             applied[gvar] = fresh
         return applied
+
+
+def _without_broken_records(folder: Path, scratch: Path) -> bool:
+    """Write into ``scratch`` the records of ``folder`` whose trace replays on its workload (a
+    record pasted onto another kernel's workload, or two workload lines swapped, fail
+    MetaSchedule's whole pass); False when every record replays (the failure is elsewhere)."""
+    db = tuning_db.read(folder)
+    dropped = tuning_db.drop_not_replaying(db)
+    if not dropped:
+        return False
+    log.warning("tuning database %s: %d record(s) do not replay on their kernel and are skipped "
+                "(first: %s); `tvmfuse db purge` sets them aside", folder, dropped,
+                db.problems[-dropped])
+    db.problems = []
+    tuning_db.write(db, scratch)
+    return True
 
 
 def hand_written(func: tirx.PrimFunc, target, scheduler: ApplyScheduleRules,

@@ -35,7 +35,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import TvmfuseError, one_line
@@ -50,6 +50,9 @@ FILES = (WORKLOADS, RECORDS)
 QUARANTINE = "database_quarantine.json"
 #: MetaSchedule's run time for a candidate that failed to build or run.
 FAILED_SECONDS = 1e9
+#: The largest run time a sound record holds: MetaSchedule writes 1e10 s for a failed candidate;
+#: anything above it, like NaN, infinity, zero or a negative time, was never measured.
+MAX_SECONDS = 1e10
 #: The target fields that decide whether a record applies (a record tuned for another CPU or
 #: another core count is another machine's schedule).
 TARGET_FIELDS = ("kind", "mcpu", "mtriple", "arch", "num-cores")
@@ -112,14 +115,33 @@ def has_database(folder: Path) -> bool:
     return all((Path(folder) / name).is_file() for name in FILES)
 
 
-def read(folder: Path) -> Database:
-    """Parse ``folder``; lines that are not JSON or not of MetaSchedule's shape become problems,
-    and so do records whose workload line is one (see the module docstring)."""
+def require(folder: Path) -> None:
+    """A TvmfuseError unless ``folder`` holds a tuning database (checked before anything is
+    written into it, its lock included)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise TvmfuseError(f"{folder} does not exist; name a tuning database folder")
     if not has_database(folder):
         raise TvmfuseError(f"{folder} is not a tuning database: it needs {' and '.join(FILES)}")
+
+
+def _open_inside(path: Path, flags: int):
+    """``os.open`` of a file of a database folder, refusing a symbolic link there: a link would
+    take what tvmfuse writes (quarantined text someone else wrote, a lock) out of the folder."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        if path.is_symlink():
+            raise TvmfuseError(f"{path} is a symbolic link; tvmfuse writes only files inside the "
+                               f"database folder: remove the link") from None
+        raise
+
+
+def read(folder: Path) -> Database:
+    """Parse ``folder``; lines that are not JSON or not of MetaSchedule's shape become problems,
+    and so do records whose workload line is one (see the module docstring)."""
+    folder = Path(folder)
+    require(folder)
     with _shared_lock(folder):
         return _read(folder)
 
@@ -145,6 +167,9 @@ def _read(folder: Path) -> Database:
         if not _is_record(value):
             db.problems.append(Problem(RECORDS, number, "not a [workload, [trace, run "
                                                         "seconds, target, args]] record", text))
+        elif not all(0 < s <= MAX_SECONDS for s in value[1][1]):
+            db.problems.append(Problem(RECORDS, number, f"run time {value[1][1]} s is not a "
+                                                        f"measured time", text))
         elif not 0 <= value[0] < len(slots):
             db.problems.append(Problem(RECORDS, number, f"workload {value[0]} does not exist",
                                        text))
@@ -216,7 +241,8 @@ def locked(folder: Path, create: bool = True) -> Iterator[None]:
     elif not folder.is_dir():
         raise TvmfuseError(f"{folder} does not exist; name a tuning database folder")
     try:
-        lock = open(folder / ".lock", "a")
+        lock = os.fdopen(_open_inside(folder / ".lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+                         "a")
     except OSError as err:
         raise TvmfuseError(f"cannot write to tuning database {folder} ({err.strerror}); "
                            f"copy it somewhere writable, or name another with --db") from None
@@ -244,8 +270,9 @@ def _shared_lock(folder: Path) -> Iterator[None]:
         yield
         return
     try:
-        lock = open(folder / ".lock", "a")
-    except OSError:
+        lock = os.fdopen(_open_inside(folder / ".lock", os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+                         "a")
+    except (OSError, TvmfuseError):
         yield
         return
     with lock:
@@ -266,7 +293,9 @@ def write(db: Database, folder: Path | None = None) -> None:
         db.problems = []
     rows = {WORKLOADS: db.workloads, RECORDS: db.records}
     for name in FILES:  # both written and on disk before either replaces the old one
-        with open(folder / f".{name}.new", "w", encoding="utf-8") as f:
+        (folder / f".{name}.new").unlink(missing_ok=True)  # a link there is not followed
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        with os.fdopen(_open_inside(folder / f".{name}.new", flags), "w", encoding="utf-8") as f:
             for row in rows[name]:
                 f.write(json.dumps(row, separators=(",", ":")) + "\n")
             f.flush()
@@ -298,7 +327,8 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _quarantine(folder: Path, problems: list[Problem]) -> None:
-    with open(folder / QUARANTINE, "a", encoding="utf-8") as f:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    with os.fdopen(_open_inside(folder / QUARANTINE, flags), "a", encoding="utf-8") as f:
         for p in problems:
             f.write(json.dumps({"file": p.file, "line": p.line, "reason": p.message,
                                 "text": p.text}) + "\n")
@@ -346,13 +376,17 @@ class Merged:
     skipped: list[str]
 
 
-def merge_folders(sources: list[Path], into: Path) -> Merged:
+def merge_folders(sources: list[Path], into: Path, keep_skipped: bool = False) -> Merged:
     """Add the records of every database in ``sources`` into ``into`` (created when missing),
-    under its lock; every source is read before anything is written."""
+    under its lock; every source is read before anything is written. ``keep_skipped`` sets the
+    sources' unusable lines aside in ``into``'s quarantine (for sources deleted afterwards)."""
     parsed = [read(source) for source in sources]
     with locked(into):
         dest = read(into) if has_database(into) else Database(into)
         added = {str(source.folder): merge_into(dest, source) for source in parsed}
+        if keep_skipped:
+            dest.problems += [replace(p, file=f"{source.folder.name}/{p.file}")
+                              for source in parsed for p in source.problems]
         if any(added.values()) or dest.problems or not has_database(into):
             write(dest, into)
     skipped = [f"{source.folder}: {problem}" for source in parsed for problem in source.problems]
@@ -444,27 +478,30 @@ def leftover_jobs(database_dir: Path) -> list[Path]:
     """The ``.tune-*`` folders in ``database_dir`` whose job is no longer running."""
     found = []
     for folder in sorted(Path(database_dir).glob(f"{JOB_PREFIX}*")):
-        if folder.is_dir() and not _alive(folder):
+        # a link is not a job's folder: following it would merge and lock another folder
+        if folder.is_dir() and not folder.is_symlink() and not _alive(folder):
             found.append(folder)
     return found
 
 
 def _alive(job: Path) -> bool:
     try:
-        with open(job / JOB_LOCK, "a") as lock:
+        with os.fdopen(_open_inside(job / JOB_LOCK, os.O_WRONLY | os.O_APPEND | os.O_CREAT),
+                       "a") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 return True
             fcntl.flock(lock, fcntl.LOCK_UN)
             return False
-    except OSError:
+    except (OSError, TvmfuseError):
         return False
 
 
 def job_databases(job: Path) -> list[Path]:
     """Every database folder a job wrote: its own, and one per task it searched."""
-    return [f for f in [job, *sorted(job.glob("search-*"))] if has_database(f)]
+    return [f for f in [job, *sorted(job.glob("search-*"))]
+            if not f.is_symlink() and has_database(f)]
 
 
 def merge_job(job: Path, database_dir: Path) -> int:
@@ -472,7 +509,8 @@ def merge_job(job: Path, database_dir: Path) -> int:
     remove the job's folder; returns the number of records added. A merge that fails leaves the
     folder, for :func:`recover_jobs`."""
     sources = job_databases(job)
-    added = sum(merge_folders(sources, database_dir).added.values()) if sources else 0
+    added = (sum(merge_folders(sources, database_dir, keep_skipped=True).added.values())
+             if sources else 0)
     shutil.rmtree(job, ignore_errors=True)
     return added
 
@@ -517,6 +555,13 @@ def stats(db: Database, target: dict | None = None) -> dict:
 def replay(db: Database) -> list[str]:
     """Every record whose trace does not replay on its workload (a record of another TVM, or
     attached to the wrong workload), named by its workload and record position. Loads TVM."""
+    return [f"record {number} (workload {db.records[number - 1][0]}): its trace does not replay "
+            f"({message})" for number, message in not_replaying(db)]
+
+
+def not_replaying(db: Database) -> list[tuple[int, str]]:
+    """``(record number from 1, why)`` for every record of ``db`` whose trace does not replay
+    on its workload. Loads TVM."""
     from tvm import s_tir  # noqa: PLC0415 - only this check needs TVM; `db stats` stays light
     from tvm.s_tir import meta_schedule as ms  # noqa: PLC0415
 
@@ -530,6 +575,18 @@ def replay(db: Database) -> list[str]:
             record.trace.apply_to_schedule(s_tir.Schedule(workloads[index].mod),
                                            remove_postproc=True)
         except Exception as err:  # noqa: BLE001 - any failure is the finding
-            failures.append(f"record {number} (workload {index}): its trace does not replay "
-                            f"({one_line(err, 160)})")
+            failures.append((number, one_line(err, 160)))
     return failures
+
+
+def drop_not_replaying(db: Database) -> int:
+    """Move the records of ``db`` whose trace does not replay to its problems (the quarantine,
+    once written); returns how many."""
+    failures = dict(not_replaying(db))
+    for number in sorted(failures):
+        index, body = db.records[number - 1]
+        db.problems.append(Problem(RECORDS, number, f"its trace does not replay on its workload "
+                                                    f"({failures[number]})",
+                                   json.dumps([index, body], separators=(",", ":"))))
+    db.records = [r for n, r in enumerate(db.records, 1) if n not in failures]
+    return len(failures)

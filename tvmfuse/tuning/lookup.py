@@ -44,6 +44,9 @@ def user_database(target: TargetSpec, emulated: bool = False) -> Path:
 def default_databases(target: TargetSpec) -> tuple[Path, ...]:
     """The databases a build for ``target`` applies when none is named: the user's, then the
     shipped one, each when it holds records."""
+    if env.TUNING_LOGS.exists() and not env.TUNING_LOGS.is_dir():
+        raise TvmfuseError(f"TVMFUSE_TUNING_LOGS={env.TUNING_LOGS} is a file, not a folder; "
+                           f"point it at a folder of tuning databases, or unset it")
     user = user_database(target)
     found = [user] if tuning_db.has_database(user) else []
     shipped = shipped_database(target)
