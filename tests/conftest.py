@@ -96,3 +96,27 @@ def nvcc_compiles(source: str, folder: Path, arch: str = "sm_90") -> None:
                            str(folder / "k.cu"), "-o", str(folder / "k.o")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def database_record(workload: int, seconds: float, target: dict | None = None,
+                    trace: str = "t") -> list:
+    """A tuning record line (as MetaSchedule's JSON database stores it) of ``workload``, timed at
+    ``seconds``, for ``target``'s config (default: this host's)."""
+    from tvmfuse import api
+
+    config = api.get_target(HOST).config if target is None else target
+    return [workload, [[[trace]], [seconds], dict(config), []]]
+
+
+def write_database(folder: Path, workloads, records, extra_record_lines=()) -> Path:
+    """A database folder holding ``workloads`` (indices) and ``records``, plus raw lines."""
+    import json
+
+    from tvmfuse.tuning import database
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / database.WORKLOADS).write_text(
+        "".join(json.dumps([f"h{w}", f"workload-{w}"]) + "\n" for w in workloads))
+    lines = [json.dumps(r) for r in records] + list(extra_record_lines)
+    (folder / database.RECORDS).write_text("".join(line + "\n" for line in lines))
+    return folder

@@ -19,6 +19,8 @@ from tvmfuse.errors import TvmfuseError
 from tvmfuse.tuning import database
 
 from conftest import HOST, run_cli
+from conftest import database_record as _record
+from conftest import write_database as _write
 
 HOST_CONFIG = api.get_target(HOST).config
 
@@ -86,19 +88,6 @@ def test_a_normal_pt2_still_builds_and_runs(exported, build_tiny):
 
 
 # --- tuning databases: links, folders of other files, bad run times -----------------------
-
-
-def _record(workload: int, seconds: float, trace: str = "t") -> list:
-    return [workload, [[[trace]], [seconds], dict(HOST_CONFIG), []]]
-
-
-def _write(folder: Path, workloads, records, extra_record_lines=()) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / database.WORKLOADS).write_text(
-        "".join(json.dumps([f"h{w}", f"workload-{w}"]) + "\n" for w in workloads))
-    lines = [json.dumps(r) for r in records] + list(extra_record_lines)
-    (folder / database.RECORDS).write_text("".join(line + "\n" for line in lines))
-    return folder
 
 
 def test_purge_does_not_write_through_a_linked_quarantine(tmp_path):

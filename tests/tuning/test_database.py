@@ -13,22 +13,11 @@ from tvmfuse.passes import ApplyScheduleRules
 from tvmfuse.tuning import database
 
 from conftest import HOST
+from conftest import database_record as _record
+from conftest import write_database as _write
 
 HOST_CONFIG = api.get_target(HOST).config
 ARM = api.get_target("arm64").config
-
-
-def _record(workload: int, seconds: float, target: dict = HOST_CONFIG, trace: str = "t") -> list:
-    return [workload, [[[trace]], [seconds], dict(target), []]]
-
-
-def _write(folder, workloads, records, extra_record_lines=()):
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / database.WORKLOADS).write_text(
-        "".join(json.dumps([f"h{w}", f"workload-{w}"]) + "\n" for w in workloads))
-    lines = [json.dumps(r) for r in records] + list(extra_record_lines)
-    (folder / database.RECORDS).write_text("".join(line + "\n" for line in lines))
-    return folder
 
 
 def test_round_trip_keeps_every_record(tmp_path):
