@@ -19,7 +19,7 @@ from tvmfuse.verify import compare, nonfinite_mismatch, verify_saved
 
 
 def _lowered(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    return PropagateNaN(tvm.IRModule({"main": func}))["main"]
+    return PropagateNaN()(tvm.IRModule({"main": func}))["main"]
 
 
 def test_max_against_a_constant_becomes_a_select_that_keeps_nan():

@@ -11,7 +11,9 @@ finite probabilities). The select keeps the operand whose NaN must survive where
 false. Against a constant, the usual case (ReLU, ReLU6, the clamps), the select is
 ``x < c ? c : x``, which LLVM lowers to the same one ``vmaxps`` with its operands swapped: no cost.
 Between two variables (max reductions, running maxima) an ``isnan`` test is added to the
-condition: one more compare per element.
+condition: one more compare per element. CUDA's code generator has no vector of booleans, so on
+CUDA (``vectors=False``) a vectorized max or min (fp16x8 loads in the GEMM epilogues) is left as
+it is: such a kernel can still drop a NaN.
 """
 
 from __future__ import annotations
@@ -23,29 +25,32 @@ import tvm_ffi
 from tvm import tirx
 
 
-@tvm.tirx.transform.prim_func_pass(opt_level=0, name="PropagateNaN")
-def PropagateNaN(func: tirx.PrimFunc, _mod, _ctx) -> tirx.PrimFunc:  # noqa: N802 - a TVM pass
-    """Rewrite every floating-point Max and Min of ``func`` to propagate NaN; see the module
-    docstring."""
-    return tvm_ffi.structural_map(func, [(tirx.Max, _max), (tirx.Min, _min)])
+def PropagateNaN(vectors: bool = True) -> tvm.transform.Pass:  # noqa: N802 - a TVM pass
+    """Rewrite every floating-point Max and Min of a kernel to propagate NaN; see the module
+    docstring. ``vectors=False`` leaves the vectorized ones (a target without boolean
+    vectors)."""
 
+    def rewrites(node) -> bool:
+        dtype = tvm.DataType(str(node.ty))
+        return dtype.is_float and (vectors or dtype.lanes == 1)
 
-def _max(node: tirx.Max) -> tirx.PrimExpr:
-    if not _is_float(node):
-        return node
-    keep, other = _operands(node)
-    return tirx.Select(_or_nan(keep < other, other), other, keep)
+    def max_(node: tirx.Max) -> tirx.PrimExpr:
+        if not rewrites(node):
+            return node
+        keep, other = _operands(node)
+        return tirx.Select(_or_nan(keep < other, other), other, keep)
 
+    def min_(node: tirx.Min) -> tirx.PrimExpr:
+        if not rewrites(node):
+            return node
+        keep, other = _operands(node)
+        return tirx.Select(_or_nan(other < keep, other), other, keep)
 
-def _min(node: tirx.Min) -> tirx.PrimExpr:
-    if not _is_float(node):
-        return node
-    keep, other = _operands(node)
-    return tirx.Select(_or_nan(other < keep, other), other, keep)
+    @tvm.tirx.transform.prim_func_pass(opt_level=0, name="PropagateNaN")
+    def propagate_nan(func: tirx.PrimFunc, _mod, _ctx) -> tirx.PrimFunc:
+        return tvm_ffi.structural_map(func, [(tirx.Max, max_), (tirx.Min, min_)])
 
-
-def _is_float(node) -> bool:
-    return tvm.DataType(str(node.ty)).is_float
+    return propagate_nan
 
 
 def _operands(node) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
@@ -62,4 +67,9 @@ def _constant(expr) -> bool:
 
 
 def _or_nan(condition: tirx.PrimExpr, other: tirx.PrimExpr) -> tirx.PrimExpr:
-    return condition if _constant(other) else tirx.Or(condition, tirx.isnan(other))
+    if _constant(other):
+        return condition
+    dtype = tvm.DataType(str(other.ty))
+    if dtype.bits < 32:  # CUDA has no isnan of bfloat16: test the (exact) float32 value
+        other = tirx.Cast(f"float32x{dtype.lanes}" if dtype.lanes > 1 else "float32", other)
+    return tirx.Or(condition, tirx.isnan(other))

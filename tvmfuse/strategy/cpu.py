@@ -113,7 +113,7 @@ def _cpu_pipeline():
     import tvm.s_tir.pipeline  # noqa: F401, PLC0415 - registers the s_tir pipeline
 
     s_tir, finalize_host, finalize_device = tvm.tirx.compilation_pipeline.get_tir_pipeline("s_tir")
-    return (tvm.transform.Sequential([part_tail.lowering(s_tir), PropagateNaN]), finalize_host,
+    return (tvm.transform.Sequential([part_tail.lowering(s_tir), PropagateNaN()]), finalize_host,
             finalize_device)
 
 

@@ -121,7 +121,8 @@ def _mixed_pipeline():
             lowered[gvar] = func
         return lowered
 
-    return tvm.transform.Sequential([mixed, PropagateNaN]), finalize_host, finalize_device
+    nan = PropagateNaN(vectors=False)  # CUDA's code generator has no vector of booleans
+    return tvm.transform.Sequential([mixed, nan]), finalize_host, finalize_device
 
 
 tvm.tirx.compilation_pipeline.register_tir_pipeline(MIXED_PIPELINE, _mixed_pipeline)
