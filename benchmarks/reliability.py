@@ -10,9 +10,16 @@
    the database after ``tvmfuse db recover``.
 3. **CLI**: every argument error of ``ARGUMENT_ERRORS`` timed (median of 3 runs), an
    unreachable tracker timed, and every bad-input run scanned for a traceback.
+4. **Trust boundaries** (issue #46), each case a crafted file or link handed to the CLI as a
+   user would: code run by loading a ``.pt2``, ``.npy``/``.npz`` inputs or ``check.npz``
+   (``code``); files changed outside the folder a command names, or a library loaded from
+   outside its build (``writes``); builds failed by one record with an unmeasured run time
+   (``records``); NaN/Inf that ``tvmfuse run`` places elsewhere than PyTorch (``nan``); every
+   command of these groups and the one-line cases (edited manifests, a full disk, late argument
+   errors) scanned for a traceback (``one-line``).
 
     python benchmarks/reliability.py --json benchmarks/reliability.json [--kills 12]
-        [--kill-window 8,120] [--only cli|damage|kills]
+        [--kill-window 8,120] [--only cli|damage|kills|search-kills|trust]
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import random
 import shutil
 import signal
@@ -28,7 +36,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from pathlib import Path
+
+import numpy as np
 
 from tvmfuse import env
 from tvmfuse.tuning import database
@@ -223,6 +234,335 @@ def cli_times(work: Path) -> dict:
             "unreachable_tracker_seconds": trackers, "tracebacks": tracebacks}
 
 
+class _Cli:
+    """``tvmfuse`` run as a user runs it, counting the commands and the tracebacks they print."""
+
+    def __init__(self):
+        self.commands = 0
+        self.tracebacks = 0
+        self.with_traceback: list[str] = []
+
+    def __call__(self, *args: str, cwd: Path | None = None,
+                 env: dict | None = None) -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-m", "tvmfuse", *map(str, args)],
+                              capture_output=True, text=True, cwd=cwd,
+                              env=None if env is None else {**os.environ, **env})
+        self.commands += 1
+        if "Traceback" in done.stderr + done.stdout:
+            self.tracebacks += 1
+            self.with_traceback.append(" ".join(map(str, args)))
+        return done
+
+
+class _WritesMarker:
+    """A pickle that writes ``marker`` when pickle itself loads it."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+def _with_member(source: Path, dest: Path, suffix: str, data: bytes) -> Path:
+    with zipfile.ZipFile(source) as src, zipfile.ZipFile(dest, "w") as out:
+        for info in src.infolist():
+            out.writestr(info, data if info.filename.endswith(suffix) else src.read(info))
+    return dest
+
+
+def _snapshot(*roots: Path) -> dict:
+    """Every path under ``roots`` (links not followed) with its bytes or link target."""
+    seen = {}
+    for root in roots:
+        for path in [root, *root.rglob("*")] if root.exists() or root.is_symlink() else []:
+            seen[str(path)] = (os.readlink(path) if path.is_symlink() else
+                               path.read_bytes() if path.is_file() else "folder")
+    return seen
+
+
+def _database(folder: Path, records: list[str]) -> Path:
+    """A database of one made-up workload holding ``records`` (raw record lines)."""
+    folder.mkdir(parents=True)
+    (folder / database.WORKLOADS).write_text(json.dumps(["h0", "workload-0"]) + "\n")
+    (folder / database.RECORDS).write_text("".join(line + "\n" for line in records))
+    return folder
+
+
+def code_executed(work: Path, cli: _Cli, built: Path) -> dict:
+    """Pickles that write a marker file when loaded, in each file a user hands tvmfuse."""
+    import torch
+
+    class Small(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return torch.relu(self.linear(x))
+
+    folder = work / "code"
+    folder.mkdir()
+    pt2 = folder / "small.pt2"
+    torch.export.save(torch.export.export(Small(), (torch.randn(2, 8),)), str(pt2))
+    marker = folder / "marker"
+    payload = pickle.dumps(_WritesMarker(marker))
+    evil_inputs = _with_member(pt2, folder / "inputs.pt2", "data/sample_inputs/model.pt", payload)
+    evil_weight = _with_member(pt2, folder / "w.pt2", "data/weights/weight_0", payload)
+    config = "data/weights/model_weights_config.json"
+    with zipfile.ZipFile(evil_weight) as archive:
+        text = json.loads(archive.read(f"small/{config}"))
+    for entry in text["config"].values():
+        entry["use_pickle"] = True  # torch.save's pickled-weight path
+    evil_weight = _with_member(evil_weight, folder / "weight.pt2", config,
+                               json.dumps(text).encode())
+    np.save(folder / "x.npy", np.array([_WritesMarker(marker)], dtype=object), allow_pickle=True)
+    np.savez(folder / "x.npz", x=np.array([_WritesMarker(marker)], dtype=object))
+    checked = folder / "build"
+    shutil.copytree(built, checked)
+    np.savez(checked / "check.npz", **{"input:x": np.array([_WritesMarker(marker)], dtype=object)})
+    cases = [("build", evil_inputs, "-o", folder / "o1"),
+             ("build", evil_weight, "-o", folder / "o2"),
+             ("run", built, "--input", folder / "x.npy", "-o", folder / "o.npz"),
+             ("run", built, "--input", folder / "x.npz", "-o", folder / "o.npz"),
+             ("run", checked, "--check")]
+    executed = refused_badly = 0
+    for case in cases:
+        done = cli(*case, cwd=folder)
+        executed += marker.exists()
+        refused_badly += done.returncode != 2
+        marker.unlink(missing_ok=True)
+    return {"cases": len(cases), "executed": executed, "not_refused": refused_badly}
+
+
+def writes_outside(work: Path, cli: _Cli, built: Path) -> dict:
+    """Links and names that point a command out of the folder it is given; after each, every
+    file outside that folder is compared with before (and a run of an edited build must be
+    refused: it would load a library from outside)."""
+    record = json.dumps([0, [[["t"]], [0.001], dict(_host_config()), []]])
+    harmed, cases = [], 0
+
+    def case(name: str, args: tuple, outside: list[Path], refused: bool = True) -> None:
+        nonlocal cases
+        before = _snapshot(*outside)
+        done = cli(*args, cwd=work)
+        cases += 1
+        if _snapshot(*outside) != before or (refused and done.returncode == 0):
+            harmed.append(name)
+
+    root = work / "writes"
+    root.mkdir()
+    victim = root / "victim.txt"
+    victim.write_text("keep\n")
+    for link in (database.QUARANTINE, ".lock", f".{database.WORKLOADS}.new"):
+        db = _database(root / f"db-{link}", [record, "{broken"])
+        (db / link).symlink_to(victim)
+        case(f"db purge, {link} a link", ("db", "purge", db), [victim], refused=False)
+    other = _database(root / "other", [record])
+    db = _database(root / "db-job", [record])
+    (db / f"{database.JOB_PREFIX}evil").symlink_to(other, target_is_directory=True)
+    case("db recover, a job folder linked elsewhere", ("db", "recover", db), [other],
+         refused=False)
+    photos = root / "photos"
+    photos.mkdir()
+    (photos / "a.jpg").write_bytes(b"x")
+    case("db purge on a folder that is not a database", ("db", "purge", photos), [photos])
+    real = root / "real"
+    real.mkdir()
+    (root / "link").symlink_to(real, target_is_directory=True)
+    case("build -o a link", ("build", "tiny-resnet", "-o", root / "link"), [real, root / "link"])
+    folder = root / "build"
+    shutil.copytree(built, folder)
+    case("run -o the build's check.npz", ("run", folder, "--random", "-o", folder / "check.npz"),
+         [folder])
+    with np.load(folder / "check.npz") as saved:
+        np.savez(root / "x.npz", **{k.removeprefix("input:"): saved[k] for k in saved.files
+                                    if k.startswith("input:")})
+    case("run -o its input", ("run", folder, "--input", root / "x.npz", "-o", root / "x.npz"),
+         [root / "x.npz"])
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(built / "model.so", elsewhere / "model.so")
+    for how, library in (("../", "../elsewhere/model.so"),
+                         ("an absolute path", str(elsewhere / "model.so")),
+                         ("/etc/passwd", "../../../../../../../../etc/passwd"),
+                         ("a link out", None)):
+        edited = root / f"edited-{len(how)}"
+        shutil.copytree(built, edited)
+        if library is None:
+            (edited / "model.so").unlink()
+            (edited / "model.so").symlink_to(elsewhere / "model.so")
+        else:
+            manifest = json.loads((edited / "manifest.json").read_text())
+            manifest["library"] = library
+            (edited / "manifest.json").write_text(json.dumps(manifest))
+        case(f"a manifest naming {how}", ("run", edited, "--random", "-o", root / "out.npz"),
+             [elsewhere])
+    return {"cases": cases, "harmed": len(harmed), "which": harmed}
+
+
+def _host_config() -> dict:
+    from tvmfuse import api
+    from tvmfuse.targets import host_target_name
+
+    return api.get_target(host_target_name()).config
+
+
+#: Run times a record may hold that no measurement gives (MetaSchedule cannot read NaN; a
+#: negative or zero time would win over every measured one).
+BAD_TIMES = ("NaN", "Infinity", "-Infinity", "-0.001", "0", "1e308")
+
+
+def builds_broken(work: Path, cli: _Cli) -> dict:
+    """The user's database for this host (the one a default build applies) with one record's
+    run time replaced; a default ``tvmfuse build`` must still succeed."""
+    from tvmfuse import api
+    from tvmfuse.targets import host_target_name
+
+    key = api.get_target(host_target_name()).key
+    source = env.SHIPPED_TUNING_LOGS / key
+    broken = []
+    for seconds in BAD_TIMES:
+        logs = work / f"logs-{seconds}"
+        shutil.copytree(source, logs / key)
+        lines = (logs / key / database.RECORDS).read_text().splitlines(keepends=True)
+        first = json.loads(lines[0])
+        lines[0] = json.dumps(first).replace(json.dumps(first[1][1]), f"[{seconds}]", 1) + "\n"
+        (logs / key / database.RECORDS).write_text("".join(lines))
+        done = cli("build", "tiny-resnet", "-o", work / f"out-{seconds}",
+                   env={"TVMFUSE_TUNING_LOGS": str(logs)})
+        if done.returncode != 0:
+            broken.append(seconds)
+    return {"cases": len(BAD_TIMES), "broken": len(broken), "which": broken}
+
+
+def nonfinite_patterns(work: Path, cli: _Cli) -> dict:
+    """NaN, +Inf and -Inf placed in an input of each model; ``tvmfuse run``'s outputs compared
+    with PyTorch's element by element: a NaN or infinity anywhere else is a difference."""
+    from tvmfuse import api
+
+    result = {"cases": 0, "differing": 0, "which": []}
+    for source in ("tiny-resnet", "tiny-mobilenet", "tiny-transformer"):
+        folder = work / f"nan-{source}"
+        assert cli("build", source, "-o", folder).returncode == 0
+        model = api.import_model(source)
+        for index, spec in enumerate(model.inputs):
+            for value in (np.nan, np.inf, -np.inf):
+                arrays = [a.copy() for a in model.example_inputs]
+                flat = arrays[index].reshape(-1)
+                if not np.issubdtype(flat.dtype, np.floating):
+                    continue  # token ids hold no NaN
+                flat[5] = flat[flat.size // 2 + 7] = value
+                np.savez(work / "in.npz", **{s.name: a for s, a in zip(model.inputs, arrays)})
+                (work / "out.npz").unlink(missing_ok=True)
+                done = cli("run", folder, "--input", work / "in.npz", "-o", work / "out.npz")
+                result["cases"] += 1
+                got = []
+                if done.returncode == 0:
+                    with np.load(work / "out.npz") as outs:
+                        got = [outs[s.name] for s in model.outputs]
+                refs = model.reference(*arrays)
+                if not got or any(
+                        not np.array_equal(np.isnan(g), np.isnan(r))
+                        or not np.array_equal(np.isposinf(g), np.isposinf(r))
+                        or not np.array_equal(np.isneginf(g), np.isneginf(r))
+                        for g, r in zip(got, refs)):
+                    result["differing"] += 1
+                    result["which"].append(f"{source} {spec.name} {value}")
+    return result
+
+
+def one_line_cases(work: Path, cli: _Cli, built: Path) -> dict:
+    """The faults the CLI must answer in one line (issue #46's list), each run once."""
+    folder = work / "lines"
+    folder.mkdir()
+    (folder / "factories.py").write_text(
+        "import torch\n\ndef kwargs():\n"
+        "    return torch.nn.Linear(8, 8), {'input': torch.randn(1, 8)}\n")
+    (folder / "bad.toml").write_text("[default\n")
+    (folder / "a-file").write_text("")
+    not_one_line = []
+    cases = 0
+
+    def case(*args, env=None, cwd=folder):
+        nonlocal cases
+        cases += 1
+        done = cli(*args, cwd=cwd, env=env)
+        errors = [line for line in done.stderr.splitlines() if " ERROR " in line
+                  or line.startswith("ERROR")]
+        if done.returncode != 2 or len(errors) != 1:
+            not_one_line.append(" ".join(map(str, args)))
+
+    for how in ("shape", "dtype", "extra input", "negative", "huge", "non-TVM library"):
+        edited = folder / f"edited-{how.replace(' ', '-')}"
+        shutil.copytree(built, edited)
+        manifest = json.loads((edited / "manifest.json").read_text())
+        spec = manifest["inputs"][0]
+        if how == "shape":
+            spec["shape"][-1] += 1
+        elif how == "dtype":
+            spec["dtype"] = "float64"
+        elif how == "extra input":
+            manifest["inputs"].append(dict(spec, name="extra"))
+        elif how == "negative":
+            spec["shape"][-1] = -3
+        elif how == "huge":
+            spec["shape"][-1] = 10**12
+        else:
+            from tvmfuse.runtime import file_digest
+
+            library = next(Path(np.__file__).parent.glob("**/_multiarray_umath*.so"))
+            shutil.copy(library, edited / "model.so")
+            manifest["files"]["model.so"] = file_digest(edited / "model.so")
+        (edited / "manifest.json").write_text(json.dumps(manifest))
+        case("run", edited, "--random", "-o", folder / "out.npz")
+    huge = folder / "huge.npy"
+    with open(huge, "wb") as f:  # 3.5 TiB claimed, a few bytes held
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f4", "fortran_order": False, "shape": (1, 3, 1000000, 322122)})
+        f.write(b"\0" * 64)
+    case("run", built, "--input", huge, "-o", folder / "out.npz")
+    case("build", "tiny-resnet", "--input-shape", "99999999999,8", "-o", "o")
+    case("build", "factories.py:kwargs", "-o", "o")
+    case("build", "tiny-resnet", "-o", ".", cwd=folder / "edited-shape")
+    case("bench", "tiny-resnet", "--json", "/nonexistent/x.json")
+    case("tune", "tiny-resnet", "--fusion-rules", "bad.toml")
+    case("tune", "tiny-resnet", env={"TVMFUSE_TUNING_LOGS": str(folder / "a-file")})
+    disk = folder / "disk"  # a full disk: a 2 MiB tmpfs holding a build, filled but for 16 KiB
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", str(disk)],
+                             capture_output=True).returncode == 0
+    if mounted:
+        try:
+            shutil.copytree(built, disk / "build")
+            before = _snapshot(disk / "build")
+            free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+            (disk / "filler").write_bytes(bytes(free - 16 * 1024))
+            case("build", "tiny-resnet", "-o", disk / "build")
+            if _snapshot(disk / "build") != before or len(list(disk.iterdir())) != 2:
+                not_one_line.append("build onto a full disk changed the earlier build")
+        finally:
+            subprocess.run(["umount", str(disk)], check=True)
+    return {"cases": cases, "not_one_line": len(not_one_line), "which": not_one_line,
+            "full_disk_tested": mounted}
+
+
+def trust(work: Path) -> dict:
+    """The groups of issue #46 over one build of tiny-resnet, and the tracebacks of all."""
+    cli = _Cli()
+    built = work / "built"
+    assert cli("build", "tiny-resnet", "-o", built).returncode == 0
+    report = {
+        "code_executed_from_user_files": code_executed(work, cli, built),
+        "writes_outside_the_named_folder": writes_outside(work, cli, built),
+        "builds_broken_by_one_record": builds_broken(work, cli),
+        "nonfinite_patterns_differing_from_pytorch": nonfinite_patterns(work, cli),
+        "one_line_cases": one_line_cases(work, cli, built),
+    }
+    report["tracebacks"] = {"commands": cli.commands, "tracebacks": cli.tracebacks,
+                            "which": cli.with_traceback}
+    return report
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", type=Path, required=True)
@@ -231,11 +571,11 @@ def main() -> None:
                         help="seconds after the start a job is killed, drawn uniformly")
     parser.add_argument("--search-kills", type=int, default=2,
                         help="jobs killed right after their first searched record")
-    parser.add_argument("--only", choices=("cli", "damage", "kills", "search-kills"),
+    parser.add_argument("--only", choices=("cli", "damage", "kills", "search-kills", "trust"),
                         action="append",
                         help="run only these parts (default: all)")
     args = parser.parse_args()
-    parts = args.only or ["cli", "damage", "kills", "search-kills"]
+    parts = args.only or ["cli", "damage", "kills", "search-kills", "trust"]
     window = tuple(float(x) for x in args.kill_window.split(","))
     os.environ.setdefault("TVMFUSE_TUNING_LOGS", tempfile.mkdtemp(prefix="reliability-user-"))
     with tempfile.TemporaryDirectory(prefix="reliability-") as scratch:
@@ -255,6 +595,9 @@ def main() -> None:
         if "search-kills" in parts:
             report["killed_in_search"] = killed_in_search(work, args.search_kills)
             print(json.dumps(report["killed_in_search"], indent=1), flush=True)
+        if "trust" in parts:
+            report["trust"] = trust(work)
+            print(json.dumps(report["trust"], indent=1), flush=True)
     report["cpu"] = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo"],
                                    capture_output=True, text=True).stdout.strip()
     args.json.write_text(json.dumps(report, indent=1) + "\n")

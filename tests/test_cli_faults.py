@@ -5,9 +5,13 @@ failed one; argument errors are found before torch or TVM is imported."""
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
 import re
 import shutil
+import subprocess
 import sys
 import textwrap
 import zipfile
@@ -109,6 +113,68 @@ def test_a_build_whose_check_fails_is_never_swapped_in(good, tmp_path):
         api.build(compiled, folder, check=fails)
     assert (folder / "manifest.json").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["build"]
+
+
+#: What a full disk raises while a build is written: the linker through TVM (its RuntimeError,
+#: as g++ failing to write model.so says it), a linker run by subprocess, a write of the
+#: manifest or check.npz (an OSError without a file name, as numpy's archive writes raise it).
+_LINKER_SAYS = "/usr/bin/ld: final link failed: No space left on device"
+DISK_FULL = {
+    "tvm link": RuntimeError(f"Compilation error:\n{_LINKER_SAYS}\ncollect2: error: ld "
+                             "returned 1 exit status\n\nCommand line: /usr/bin/g++ -shared"),
+    "subprocess link": subprocess.CalledProcessError(1, ["g++"], output=_LINKER_SAYS.encode()),
+    "write": OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)),
+}
+
+
+@pytest.mark.parametrize("how", DISK_FULL)
+def test_a_full_disk_during_build_is_one_line_and_changes_nothing(good, tmp_path, monkeypatch,
+                                                                   caplog, capsys, how):
+    from tvmfuse.cli import main
+    from tvmfuse.targets import TargetSpec
+
+    folder = tmp_path / "build"
+    shutil.copytree(good, folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def export(self, executable, path):
+        Path(path).write_bytes(b"\x7fELF half a library")  # what a failed write leaves
+        raise DISK_FULL[how]
+
+    monkeypatch.setattr(TargetSpec, "export", export)
+    with caplog.at_level(logging.INFO):
+        assert main(["build", "tiny-resnet", "-o", str(folder)]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [f"cannot write the build {folder}: No space left on device (nothing was "
+                      f"changed there); free space on its disk or choose another -o"]
+    assert "Traceback" not in caplog.text + "".join(capsys.readouterr())
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build"]  # no staging folder left
+
+
+def test_a_build_onto_a_full_disk_is_one_line_and_changes_nothing(good, tmp_path):
+    """The real thing: a 2 MiB tmpfs holding an earlier build, filled but for 16 KiB; g++ fails
+    to write model.so."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if shutil.which("mount") is None:
+        pytest.skip("no mount command here to make a small disk")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2M", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        shutil.copytree(good, disk / "build")
+        before = {p.name: p.read_bytes() for p in (disk / "build").iterdir()}
+        free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+        (disk / "filler").write_bytes(bytes(free - 16 * 1024))
+        result = run_cli("build", "tiny-resnet", "-o", str(disk / "build"))
+        _one_error_line(result, f"cannot write the build {disk / 'build'}: No space left on "
+                                f"device")
+        assert {p.name: p.read_bytes() for p in (disk / "build").iterdir()} == before
+        assert sorted(p.name for p in disk.iterdir()) == ["build", "filler"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
 
 
 FACTORIES = textwrap.dedent("""

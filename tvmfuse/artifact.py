@@ -6,6 +6,7 @@ earlier one untouched. :mod:`tvmfuse.runtime` reads what this writes.
 from __future__ import annotations
 
 import datetime
+import errno
 import glob
 import hashlib
 import json
@@ -63,10 +64,15 @@ def build(compiled: Compiled, out_dir: str | Path,
     leaves any earlier build there untouched.
     """
     out_dir = check_destination(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     _remove_dead_stagings(out_dir)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.{os.getpid()}.",
-                                    dir=out_dir.parent))
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.{os.getpid()}.",
+                                        dir=out_dir.parent))
+    except OSError as err:
+        if _disk_full(err):
+            raise _no_space(out_dir) from err
+        raise
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the build from other users
     try:
         compiled.target.export(compiled.executable, str(staging / runtime.LIBRARY))
@@ -76,11 +82,36 @@ def build(compiled: Compiled, out_dir: str | Path,
         if check is not None:
             check(staging)
         _swap_in(staging, out_dir)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(staging, ignore_errors=True)
+        if _disk_full(err):
+            raise _no_space(out_dir) from err
         raise
     log.info("wrote %s", out_dir)
     return out_dir
+
+
+#: How a full disk reads in a message that is not an OSError: the linker's ("ld: final link
+#: failed: No space left on device", inside TVM's RuntimeError or a CalledProcessError's output).
+_NO_SPACE = os.strerror(errno.ENOSPC)
+
+
+def _disk_full(err: BaseException) -> bool:
+    """Whether ``err`` says a disk is full: an ENOSPC OSError (the manifest, ``check.npz``, a
+    ``--verify`` record), or a linker whose output says so (TVM links with g++ into the staging
+    folder; its objects go to the temporary folder, whose filling LLVM itself reports)."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    said = [str(err), getattr(err, "output", None), getattr(err, "stderr", None)]
+    return any(_NO_SPACE in (s.decode(errors="replace") if isinstance(s, bytes) else s)
+               for s in said if s)
+
+
+def _no_space(out_dir: Path) -> TvmfuseError:
+    """The one line for a full disk: the staging folder is gone and an earlier build is intact,
+    both by the time this is raised."""
+    return TvmfuseError(f"cannot write the build {out_dir}: {_NO_SPACE} (nothing was changed "
+                        f"there); free space on its disk or choose another -o")
 
 
 def _remove_dead_stagings(out_dir: Path) -> None:
