@@ -52,10 +52,11 @@ WIDTHS = ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "d_embed")
 HEADS = ("num_attention_heads", "encoder_attention_heads", "decoder_attention_heads", "n_head",
          "num_heads", "n_heads")
 FFN = ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner",
-       "hidden_dim", "mlp_dim", "decoder_intermediate_size")
+       "mlp_dim", "decoder_intermediate_size")
 SMALL = {**dict.fromkeys(LAYERS, 2), **dict.fromkeys(WIDTHS, 64), **dict.fromkeys(HEADS, 4),
          **dict.fromkeys(FFN, 128), "num_key_value_heads": 2, "head_dim": 16, "d_kv": 16,
-         "vocab_size": 1000, "image_size": 64, "max_source_positions": 100}
+         "vocab_size": 1000, "image_size": 64, "max_source_positions": 100,
+         "embedding_size": 64, "rotary_dim": 8}
 #: Per-stage list attributes (stage depths, channel widths) and how they shrink.
 LIST_DEPTHS = ("depths", "num_blocks", "encoder_layers_per_stage")
 LIST_WIDTHS = ("hidden_sizes", "embed_dims", "dims", "channels", "widths")
@@ -98,6 +99,8 @@ def shrink(config, seen=None) -> None:
                 setattr(config, name, made)
         elif isinstance(value, bool):
             continue
+        elif isinstance(value, int) and name in WIDTHS and value > SMALL[name]:
+            setattr(config, name, _width(attrs))
         elif isinstance(value, int) and name in SMALL and value > SMALL[name]:
             setattr(config, name, SMALL[name])
         elif _int_list(value) and name in LIST_DEPTHS:
@@ -119,6 +122,15 @@ def shrink(config, seen=None) -> None:
         config.use_cache = False
 
 
+def _width(attrs: dict) -> int:
+    """The small width: 64, or 16 per head where the first stage's head count does not divide
+    64 (Swin's 3, 6, 12, 24 heads over widths that double per stage)."""
+    heads = next((attrs[n] for n in HEADS if n in attrs), None)
+    first = min(heads, SMALL["num_attention_heads"]) if isinstance(heads, int) else (
+        heads[0] if _int_list(heads) else 1)
+    return SMALL["hidden_size"] if SMALL["hidden_size"] % max(first, 1) == 0 else 16 * first
+
+
 def _int_list(value) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(
         isinstance(v, int) and not isinstance(v, bool) for v in value)
@@ -135,7 +147,11 @@ def make_model(model_type: str):
     torch.manual_seed(SEED)
     model = AutoModel.from_config(config).eval()
     names, tensors = make_inputs(model, config)
-    return FirstOutput.wrap(model, names), names, tensors, type(config).__name__
+    module = FirstOutput.wrap(model, names)
+    with torch.no_grad():  # a config or inputs the model refuses fail here, not in the export
+        if module(*tensors) is None:
+            raise ValueError(f"{type(model).__name__} returned no tensor")
+    return module, names, tensors, type(config).__name__
 
 
 def _text_config(config):
@@ -238,7 +254,8 @@ class StageError(Exception):
 
 
 def first_line(err: BaseException) -> str:
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err))  # torch.onnx colours its messages
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     return f"{type(err).__name__}: {lines[0] if lines else ''}"[:400]
 
 
