@@ -181,6 +181,8 @@ def cpu_section(kind: str, files: dict[str, dict]) -> list[str]:
             out += [title, f"tvmfuse over its best peer, geometric mean {geomean(ratios):.2f}x "
                     f"({sum(r < 1 for r in ratios)} of {len(ratios)} faster).", ""]
             out += bench_table(runs, "model", model_name) + [""] + provenance(kind, [files[name]])
+    if "coverage" in files:
+        out += coverage_table(kind, files["coverage"])
     if "dynamic-seq" in files:
         out += dynamic_table(kind, files["dynamic-seq"])
     if "shape-sweep" in files:
@@ -196,6 +198,30 @@ def cpu_section(kind: str, files: dict[str, dict]) -> list[str]:
     if unfused:
         out += kernels_table(kind, unfused)
     return out
+
+
+def coverage_table(kind: str, data: dict, top: int = 4) -> list[str]:
+    """The coverage sweep (benchmarks/coverage.py): per path, how many model types exported,
+    built and verified, and the largest failure causes with their counts."""
+    records = data["coverage"]
+    rows = []
+    for path, label in (("torch", "torch.export"), ("onnx", "ONNX")):
+        results = [r[path] for r in records if path in r]
+        causes: dict[str, int] = {}
+        for result in results:
+            if result.get("cause"):
+                causes[result["cause"]] = causes.get(result["cause"], 0) + 1
+        largest = sorted(causes.items(), key=lambda c: (-c[1], c[0]))[:top]
+        rows.append([label, str(len(results)),
+                     *(str(sum(r[k] for r in results)) for k in ("exported", "built",
+                                                                  "verified")),
+                     "; ".join(f"{c.replace('|', chr(92) + '|')} ({n})" for c, n in largest)
+                     or "-"])
+    out = ["**Coverage of transformers' AutoModel types** (`benchmarks/coverage.py`: small "
+           "configs, random weights, fp32, built untuned and verified on this CPU):", ""]
+    out += table(["path", "model types", "exported", "built", "verified",
+                  "largest failure causes (model types)"], rows)
+    return out + [""] + provenance(kind, [data])
 
 
 def dynamic_table(kind: str, data: dict) -> list[str]:
