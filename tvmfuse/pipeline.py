@@ -39,6 +39,7 @@ from .passes import (
     PointConvAsMatmul,
     PrepackWeights,
     StoreNarrowed,
+    TransposedConvAsConv,
     VerifyFusion,
     WidenElementwise,
     WidenEpilogues,
@@ -127,6 +128,7 @@ def _phases(plan: _Plan) -> list[Phase]:
         #    in those layouts, summed 1x1 convs as one conv and layout no-ops folded away.
         Phase("fold", tvm.transform.Sequential([
             FoldCreationOps(),  # aranges and fills: what is computed from them folds in float32
+            TransposedConvAsConv(),  # decoders' upsampling: convs over a zero-dilated input
             relax.transform.FoldConstant(),
             GlobalPoolToReduce(),  # a pool whose window is the whole input: a mean
             FoldPadIntoConv(),  # "same" padding as its own pad op: the conv's padding

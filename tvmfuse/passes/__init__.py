@@ -26,6 +26,7 @@ from .prepack_weights import PrepackWeights
 from .simplify_bounded_shapes import SimplifyBoundedShapes
 from .space_to_depth_conv import SpaceToDepthConv
 from .store_narrowed import StoreNarrowed
+from .transposed_conv_as_conv import TransposedConvAsConv
 from .use_wgmma_gemms import UseWgmmaGemms
 from .verify_fusion import VerifyFusion
 from .widen_elementwise import WidenElementwise
@@ -39,5 +40,6 @@ __all__ = ["ApplyDatabase", "ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeCl
            "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective", "MarkWeightsLayoutFree",
            "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16", "NormalizeSqueezeAxes",
            "PadConvChannels", "PointConvAsMatmul", "PrepackWeights", "SimplifyBoundedShapes",
-           "SpaceToDepthConv", "StoreNarrowed", "UseWgmmaGemms", "VerifyFusion",
-           "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
+           "SpaceToDepthConv", "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms",
+           "VerifyFusion", "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum",
+           "WinogradConv2D"]
