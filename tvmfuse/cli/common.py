@@ -127,9 +127,6 @@ def check_model_arguments(args: argparse.Namespace, db_must_exist: bool = True) 
     elif source not in zoo.registry():
         raise zoo.unknown(source)
     if args.fusion_rules is not None:
-        if not args.fusion_rules.is_file():
-            raise TvmfuseError(f"cannot read fusion rules {args.fusion_rules}: No such file or "
-                               f"directory")
         check_rules_file(args.fusion_rules)
     if db_must_exist and getattr(args, "db", None) is not None and not args.db.is_dir():
         raise TvmfuseError(f"tuning database {args.db} does not exist; name a folder that holds "
