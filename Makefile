@@ -19,7 +19,7 @@ TEST_JOBS ?= 2
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,onnx,models,bench]'
+	$(BIN)/python -m pip install -q -e '.[test,onnx,models,bench,openvino]'
 	touch $(STAMP)
 
 # The aarch64 cross linker for the arm64 target (Debian's package; needs root or sudo).

@@ -41,6 +41,9 @@ MACHINES = {
 ORDER = ["zen5", "zen4", "emeraldrapids", "zen3", "h200", "h100"]
 ENGINES = {
     "onnxruntime": "ONNX Runtime",
+    "onnxruntime-int8": "ONNX Runtime int8",
+    "openvino": "OpenVINO",
+    "openvino-fp32": "OpenVINO fp32",
     "torch-eager": "PyTorch eager",
     "torch-compile": "torch.compile",
     "torch-compile-freezing": "torch.compile (freezing)",
@@ -58,12 +61,15 @@ each benchmark per machine kind (older runs are in git history): do not edit it 
 
 Engines run side by side in one `tvmfuse bench` process on identical inputs, in interleaved
 rounds after warm-up runs; figures are medians in milliseconds. A ratio is tvmfuse's time over
-its fastest peer's in the same run (below 1.0x, in bold: tvmfuse is faster). Peers: ONNX Runtime,
-PyTorch eager, torch.compile (default mode, with freezing, or with CUDA graphs on the GPU) and
-stock TVM. Under each table: the machine, the commit that measured it (`measured`; `added` where
-only the commit that added the JSON is known) and the commands that reproduce it.
+its fastest peer's in the same run (below 1.0x, in bold: tvmfuse is faster), named beside the
+ratio where a table has several. Peers: ONNX Runtime (and its static int8 quantization), OpenVINO
+(in float32, and in the precision it picks itself: bf16 on CPUs with AVX-512 BF16), PyTorch eager,
+torch.compile (default mode, with freezing, or with CUDA graphs on the GPU) and stock TVM; a peer
+computing in another precision than the row's says which. Under each table: the machine, the
+commit that measured it (`measured`; `added` where only the commit that added the JSON is known)
+and the commands that reproduce it.
 """
-DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int8": "int8"}
 
 
 def load(results: Path) -> dict[str, dict[str, dict]]:
@@ -91,6 +97,20 @@ def engines(report: dict) -> dict[str, dict]:
 def best_peer(report: dict) -> tuple[str, float] | None:
     peers = [(e, r["median_ms"]) for e, r in engines(report).items() if e not in OURS]
     return min(peers, key=lambda p: p[1]) if peers else None
+
+
+def peer_label(engine: str, reports: list[dict]) -> str:
+    """The peer's name, with the precision it computed in where that is not the report's (and
+    its name does not already say it): ``OpenVINO bf16``."""
+    label = ENGINES.get(engine, engine)
+    own = {r["precision"] for report in reports
+           for r in [engines(report).get(engine, {})] if r.get("precision") not in
+           (None, report.get("dtype"))}
+    if len(own) == 1:
+        short = DTYPES.get(*own, *own)
+        if short not in label:
+            label += f" {short}"
+    return label
 
 
 def ms(value: float | None) -> str:
@@ -135,7 +155,7 @@ def peers_of(reports: list[dict]) -> list[str]:
 def bench_table(reports: list[dict], first: str, label) -> list[str]:
     """One row per bench report: tvmfuse, every peer measured, tvmfuse over its best peer."""
     peers = peers_of(reports)
-    header = [first, "kernels", "tvmfuse ms", *(f"{ENGINES.get(p, p)} ms" for p in peers),
+    header = [first, "kernels", "tvmfuse ms", *(f"{peer_label(p, reports)} ms" for p in peers),
               "vs best peer"]
     rows = []
     for report in reports:
@@ -146,9 +166,11 @@ def bench_table(reports: list[dict], first: str, label) -> list[str]:
         by = engines(report)
         ours = by.get("tvmfuse", {})
         best = best_peer(report)
+        versus = ratio(ours.get("median_ms"), best[1] if best else None)
+        if best and len(peers) > 1 and versus != "-":  # which of the peers was the fastest
+            versus += f" ({peer_label(best[0], [report])})"
         rows.append([label(report), str(ours.get("kernels", "-")), ms(ours.get("median_ms")),
-                     *(ms(by[p]["median_ms"]) if p in by else "-" for p in peers),
-                     ratio(ours.get("median_ms"), best[1] if best else None)])
+                     *(ms(by[p]["median_ms"]) if p in by else "-" for p in peers), versus])
     return table(header, rows, right_from=1)
 
 
@@ -361,7 +383,7 @@ def standings(kinds: dict[str, dict[str, dict]]) -> str:
             if headline:
                 if best and ours:
                     rows.append([zoo_label(report), ms(ours["median_ms"]),
-                                 ENGINES.get(best[0], best[0]), ms(best[1]),
+                                 peer_label(best[0], [report]), ms(best[1]),
                                  ratio(ours["median_ms"], best[1])])
         for name, label in (("suite", "the suite (14 models), geomean"),
                             ("unseen", "8 unseen architectures, geomean")):
@@ -370,7 +392,7 @@ def standings(kinds: dict[str, dict[str, dict]]) -> str:
                         best_peer(r)]
                 ratios = [engines(r)["tvmfuse"]["median_ms"] / best_peer(r)[1] for r in runs]
                 text = f"{geomean(ratios):.2f}x"
-                rows.append([label, "-", " or ".join(ENGINES.get(p, p) for p in peers_of(runs)),
+                rows.append([label, "-", " or ".join(peer_label(p, runs) for p in peers_of(runs)),
                              "-",
                              f"**{text}**" if geomean(ratios) < 1 else text])
         if rows:

@@ -63,3 +63,30 @@ def test_every_reproduce_command_names_scripts_that_exist():
         command = json.loads(path.read_text())["reproduce"]
         for script in re.findall(r"(?:benchmarks|tests|tvmfuse)/[\w./-]+\.(?:py|sh)", command):
             assert (REPO / script).is_file(), (path.name, script)
+
+
+def test_the_best_of_all_peers_is_named_with_its_precision(tmp_path):
+    """OpenVINO in bf16 and ONNX Runtime int8 are peers like the others: the fastest of all is
+    the one tvmfuse is held against, named beside the ratio and in README's standings."""
+    import json
+
+    def result(engine, ms, precision="float32"):
+        return {"engine": engine, "median_ms": ms, "precision": precision}
+
+    (tmp_path / "results" / "zen4").mkdir(parents=True)
+    (tmp_path / "results" / "zen4" / "resnet50.json").write_text(json.dumps({
+        "model": "resnet50", "target": "avx512", "dtype": "float32", "batch": 1,
+        "commit": "abc1234", "commit_is": "measured", "reproduce": "tvmfuse bench resnet50",
+        "results": [result("tvmfuse", 30.0), result("onnxruntime", 40.0),
+                    result("openvino", 20.0, "bfloat16"), result("openvino-fp32", 35.0),
+                    result("onnxruntime-int8", 25.0, "int8")]}))
+    out, readme = tmp_path / "BENCHMARKS.md", tmp_path / "README.md"
+    readme.write_text(f"{BEGIN}\n{END}\n")
+    done = report("--results", str(tmp_path / "results"), "--out", str(out), "--readme",
+                  str(readme))
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = out.read_text()
+    assert ("| tvmfuse ms | ONNX Runtime ms | ONNX Runtime int8 ms | OpenVINO bf16 ms | "
+            "OpenVINO fp32 ms | vs best peer |") in text
+    assert "| 30.00 | 40.00 | 25.00 | 20.00 | 35.00 | 1.50x (OpenVINO bf16) |" in text
+    assert "| resnet50, fp32 | 30.00 | OpenVINO bf16 | 20.00 | 1.50x |" in readme.read_text()

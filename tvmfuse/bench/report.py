@@ -25,6 +25,12 @@ class Result:
     ratio_to_best_peer: float | None = None
     gflops: float | None = None
     fraction_of_peak: float | None = None
+    #: The precision it computed in: the bench's, but OpenVINO's own (bf16 where the CPU has
+    #: AVX-512 BF16) for ``openvino`` and int8 for ``onnxruntime-int8``.
+    precision: str | None = None
+    #: Quantized engines against the float32 reference on seeded inputs: ``{"top1": share}``
+    #: on a classifier's logits, ``{"cosine": mean}`` on other outputs.
+    agreement: dict[str, float] | None = None
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

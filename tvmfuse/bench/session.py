@@ -8,18 +8,19 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import tempfile
 from pathlib import Path
 
 import torch
 
-from ..errors import TvmfuseError
+from ..errors import TvmfuseError, one_line
 from ..frontend import ImportedModel, count_flops
 from ..targets import TargetSpec
 from ..verify import relative_error
 from . import engines as engines_
 from .measure import Latency, cuda_event_timer, measure, wall_clock_ms
 from .peak import measure_peak_gflops
-from .report import Report, Result
+from .report import OWN, Report, Result
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,9 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
     :class:`tvmfuse.options.BuildOptions` of the TVM engines).
 
     Every engine computes in ``dtype`` (float32, float16, bfloat16); its outputs are compared
-    with the float32 reference (PyTorch eager, or ONNX Runtime for an ONNX file). Engines that
-    cannot run here are skipped with the reason in the report.
+    with the float32 reference (PyTorch eager, or ONNX Runtime for an ONNX file), except the
+    peers with a precision of their own (OpenVINO's default, int8). Engines that cannot run here,
+    and peers that fail to prepare or to run, are skipped with the reason in the report.
     """
     # Read when TVM's pool starts: the CLI runs this before any kernel has run. Unpinned: this
     # process also hosts PyTorch's and ONNX Runtime's pools, and with TVM's workers bound to
@@ -61,14 +63,24 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
         dtype=dtype, flops=flops,
         peak_gflops=measure_peak_gflops(target, threads) if peak else None,
     )
-    prepared = {}
-    for name in engines:
-        log.info("preparing %s", name)
-        try:
-            prepared[name] = engines_.prepare(name, ctx)
-        except engines_.Unavailable as why:
-            log.warning("skipping %s: %s", name, why)
-            report.skipped[name] = str(why)
+    prepared, errors = {}, {}
+    # the engines' files (ONNX exports, quantized models) are read while they are prepared
+    with tempfile.TemporaryDirectory(prefix="tvmfuse-bench-") as scratch:
+        ctx.scratch = Path(scratch)
+        for name in engines:
+            log.info("preparing %s", name)
+            try:
+                engine = engines_.prepare(name, ctx)
+                # one run now: a peer that fails to run is skipped like one that cannot load
+                errors[name] = max((relative_error(o, r) for o, r in
+                                    zip(engine.outputs(), references)), default=None)
+                prepared[name] = engine
+            except engines_.Unavailable as why:
+                _skip(report, name, str(why))
+            except Exception as err:  # noqa: BLE001 - the peers' frameworks raise many types
+                if name in OWN:
+                    raise  # tvmfuse's own failure is a bug to see whole
+                _skip(report, name, f"{type(err).__name__}: {one_line(err, 200)}")
     if not prepared:
         raise TvmfuseError("no engine could be prepared; see the warnings above")
     log.info("timing %s in interleaved rounds", ", ".join(prepared))
@@ -80,14 +92,18 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
                         warmup=2, max_seconds=max_seconds, timer=timer)
     for latency in latencies:
         engine = prepared[latency.engine]
-        errors = [relative_error(o, r) for o, r in zip(engine.outputs(), references)]
         report.results.append(Result(
             latency.engine, latency.median_ms, latency.min_ms, latency.max_ms,
-            len(latency.times_ms), round(engine.setup_seconds, 2), max(errors, default=None),
-            engine.kernels,
+            len(latency.times_ms), round(engine.setup_seconds, 2), errors[latency.engine],
+            engine.kernels, precision=engine.precision or dtype, agreement=engine.agreement,
         ))
     report.finish()
     return report
+
+
+def _skip(report: Report, engine: str, why: str) -> None:
+    log.warning("skipping %s: %s", engine, why)
+    report.skipped[engine] = why
 
 
 def against_reference(deployed, model: ImportedModel, target: TargetSpec,

@@ -1,5 +1,6 @@
 """``tvmfuse bench``: latency of tvmfuse next to stock TVM, PyTorch (eager, torch.compile, with
-freezing) and ONNX Runtime, in one process, on identical inputs, in interleaved rounds."""
+freezing), ONNX Runtime (float32 and static int8) and OpenVINO (float32 and its own precision), in
+one process, on identical inputs, in interleaved rounds."""
 
 from __future__ import annotations
 
@@ -26,11 +27,13 @@ from .common import (
 )
 
 log = logging.getLogger(__name__)
+#: float32 -> fp32 ...: how the table names a precision ("int8" names itself).
+_SHORT = {precision: short for short, precision in DTYPES.items()}
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser(
-        "bench", help="time tvmfuse against PyTorch, ONNX Runtime and stock TVM",
+        "bench", help="time tvmfuse against PyTorch, ONNX Runtime, OpenVINO and stock TVM",
         description=__doc__)
     add_model_arguments(parser)
     parser.add_argument("--batch", type=positive_int, metavar="N",
@@ -103,21 +106,32 @@ def _print_table(report) -> None:
     table = Table(title=f"{report.model} on {report.target}, {report.threads} threads, "
                         f"{report.dtype}{peak}, timed by {report.timer}")
     columns = ["engine", "median ms", "min ms", "max ms", "runs", "vs best peer", "GFLOP/s",
-               "of peak", "setup s", "rel err", "kernels"]
+               "of peak", "setup s", "rel err", "agreement", "kernels"]
     for column in columns:
         table.add_column(column, justify="left" if column == "engine" else "right")
     for r in sorted(report.results, key=lambda r: r.median_ms):
+        # an engine computing in a precision of its own says which (OpenVINO's bf16)
+        short = _SHORT.get(r.precision, r.precision)
+        own = r.precision and r.precision != report.dtype and short not in r.engine
         table.add_row(
-            r.engine, f"{r.median_ms:.2f}", f"{r.min_ms:.2f}", f"{r.max_ms:.2f}", str(r.runs),
+            r.engine + (f" ({short})" if own else ""),
+            f"{r.median_ms:.2f}", f"{r.min_ms:.2f}", f"{r.max_ms:.2f}", str(r.runs),
             _fmt(r.ratio_to_best_peer, ".2f") + ("x" if r.ratio_to_best_peer else ""),
             _fmt(r.gflops, ".1f"), _fmt(r.fraction_of_peak, ".0%"), f"{r.setup_s:.1f}",
-            _fmt(r.rel_err, ".1e"), _fmt(r.kernels, "d"),
+            _fmt(r.rel_err, ".1e"), _agreement(r.agreement), _fmt(r.kernels, "d"),
         )
     console = Console()
-    console.width = max(console.width, 132)  # a pipe reports 80 columns; the table needs more
+    console.width = max(console.width, 144)  # a pipe reports 80 columns; the table needs more
     console.print(table)
-    for name, why in report.skipped.items():
-        log.info("skipped %s: %s", name, why)
+
+
+def _agreement(agreement: dict[str, float] | None) -> str:
+    """A quantized engine's agreement with the float32 reference (top-1 share or cosine)."""
+    if not agreement:
+        return "-"
+    if "top1" in agreement:
+        return f"top-1 {agreement['top1']:.0%}"
+    return f"cos {agreement['cosine']:.4f}"
 
 
 def _plot(report, path: Path) -> None:

@@ -3,14 +3,17 @@
 An engine is a blocking zero-argument callable for timing plus what it cost to prepare. A peer that
 cannot be prepared here (no onnxruntime, an export that fails) raises :class:`Unavailable` and is
 skipped with one log line. Each family's module (:mod:`.tvm_builds`, :mod:`.pytorch`,
-:mod:`.ort`) registers its engines with :func:`register`; :data:`ENGINES` lists them in the order
-they are prepared.
+:mod:`.ort`, :mod:`.ov`) registers its engines with :func:`register`; :data:`ENGINES` lists them
+in the order they are prepared.
 
 Precision (``BenchContext.dtype``): every engine computes in it, and its outputs are compared
 with the float32 PyTorch reference. PyTorch engines run the module and float inputs cast to it;
 ONNX Runtime runs that module's export; the TVM engines run TVM's ``ToMixedPrecision`` over the
 imported float32 module (convolutions and matmuls and what follows them in float16, inputs and
-outputs in float32), which supports float16 only.
+outputs in float32), which supports float16 only. Three peers compute in a precision of their
+own, from the float32 export, whatever the bench's: ``openvino`` (what OpenVINO picks on this
+CPU: bf16 where the CPU has AVX-512 BF16), ``openvino-fp32`` and ``onnxruntime-int8``; each
+engine says the precision it computed in (:attr:`Engine.precision`).
 
 The family modules import their framework (torch, onnxruntime, TVM) inside the functions that
 prepare an engine: the CLI reads the names from here before anything heavy is loaded.
@@ -18,9 +21,10 @@ prepare an engine: the CLI reads the names from here before anything heavy is lo
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +43,11 @@ class Engine:
     outputs: Callable[[], list[np.ndarray]]  # one inference, outputs as numpy (for the error)
     setup_seconds: float
     kernels: int | None = None
+    #: The precision it computed in, where not the bench's (``"bfloat16"``, ``"int8"``).
+    precision: str | None = None
+    #: Quantized engines: how often they agree with the float32 reference on inputs other than
+    #: those they were calibrated on (:func:`agreement`).
+    agreement: dict[str, float] | None = None
 
 
 @dataclass
@@ -51,6 +60,23 @@ class BenchContext:
     torch_module: object | None  # the nn.Module for PyTorch engines, None for ONNX sources
     onnx_path: Path | None  # the ONNX file for ONNX sources
     dtype: str = "float32"  # the precision every engine computes in
+    #: Where engines write their files (ONNX exports, quantized models); None: a new temporary
+    #: folder each time.
+    scratch: Path | None = None
+    #: The module's ONNX export by precision (or why it failed), made once for every engine
+    #: that runs it.
+    onnx_exports: dict[str, Path | Unavailable] = field(default_factory=dict)
+
+    def seeded_inputs(self, seed: int) -> list[np.ndarray]:
+        """Inputs of the bench inputs' shapes drawn as they were, with another seed (seed
+        :data:`tvmfuse.specs.SEED` draws the bench inputs themselves)."""
+        from ...specs import random_inputs  # noqa: PLC0415 - numpy only, but keep the CLI light
+
+        specs = [replace(s, shape=a.shape) for s, a in zip(self.model.inputs, self.inputs)]
+        return random_inputs(specs, self.model.value_ranges, seed=seed)
+
+    def scratch_dir(self) -> Path:
+        return self.scratch or Path(tempfile.mkdtemp(prefix="tvmfuse-bench-"))
 
 
 #: Engine name -> the function that prepares it, in the order `tvmfuse bench` prepares them.
@@ -74,6 +100,30 @@ def prepare(name: str, ctx: BenchContext) -> Engine:
     return engine
 
 
+def agreement(run: Callable[[list[np.ndarray]], list[np.ndarray]], ctx: BenchContext,
+              seeds: range) -> dict[str, float] | None:
+    """How closely ``run`` (inputs -> outputs) follows the float32 reference on the inputs drawn
+    with ``seeds``, judged on the first output: the share of its rows whose largest entry is the
+    reference's (``top1``) where it is 2-D, a classifier's logits; else the mean over the inputs
+    of the cosine similarity of the whole output (``cosine``), an encoder's hidden states. None
+    where the first output is not floating point."""
+    same = total = 0
+    cosines = []
+    for seed in seeds:
+        arrays = ctx.seeded_inputs(seed)
+        out, ref = run(arrays)[0], ctx.model.reference(*arrays)[0]
+        if ref.dtype.kind != "f":
+            return None
+        out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+        if ref.ndim == 2:
+            same += int((out.argmax(-1) == ref.argmax(-1)).sum())
+            total += ref.shape[0]
+        else:
+            norms = np.linalg.norm(out) * np.linalg.norm(ref)
+            cosines.append(float(out.ravel() @ ref.ravel() / norms) if norms else 0.0)
+    return {"top1": same / total} if total else {"cosine": float(np.mean(cosines))}
+
+
 def check_names(names: list[str]) -> list[str]:
     unknown = [n for n in names if n not in ENGINES]
     if unknown:
@@ -85,6 +135,7 @@ def check_names(names: list[str]) -> list[str]:
 from . import tvm_builds  # noqa: E402, F401, I001
 from . import pytorch  # noqa: E402, F401
 from . import ort  # noqa: E402, F401
+from . import ov  # noqa: E402, F401
 
 #: Every engine `tvmfuse bench` knows, in the order it prepares them.
 ENGINES = tuple(_PREPARE)

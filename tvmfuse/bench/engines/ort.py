@@ -1,36 +1,37 @@
 """ONNX Runtime: the ONNX file itself for ONNX sources, else the PyTorch module's export, with
-every graph optimisation on and its workers not spinning between runs."""
+every graph optimisation on and its workers not spinning between runs; and ``onnxruntime-int8``,
+ONNX Runtime's static int8 quantization of the same float32 file on its CPU execution
+provider."""
 
 from __future__ import annotations
 
 import contextlib
 import io
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from ...errors import one_line
-from . import BenchContext, Engine, Unavailable, register
+from . import BenchContext, Engine, Unavailable, agreement, register
 from .pytorch import module_in_precision
 
+#: Inputs the int8 engine is calibrated on: seeds 0 to 7, seed 0 drawing the bench's own inputs.
+#: Min-max ranges over a few draws of the same distribution; more draws only widen them.
+CALIBRATION_INPUTS = 8
+#: Inputs, drawn after the calibration's seeds, on which the int8 engine's top-1 agreement or
+#: cosine similarity with the float32 reference is measured (:func:`.agreement`).
+AGREEMENT_INPUTS = 100
 
-@register("onnxruntime")
-def _onnxruntime(ctx: BenchContext) -> Engine:
+
+def _import_onnxruntime():
     try:
-        import onnxruntime as ort  # noqa: PLC0415
+        import onnxruntime as ort  # noqa: PLC0415 - engines load their framework when prepared
     except ImportError:
         raise Unavailable("onnxruntime is not installed (pip install 'tvmfuse[onnx]')") from None
-    providers = ["CPUExecutionProvider"]
-    if ctx.target.is_gpu:
-        if "CUDAExecutionProvider" not in ort.get_available_providers():
-            raise Unavailable("this onnxruntime has no CUDA execution provider")
-        providers.insert(0, "CUDAExecutionProvider")
-    if ctx.dtype == "bfloat16":
-        raise Unavailable("ONNX Runtime's CPU kernels have no bfloat16")
-    if ctx.dtype != "float32" and ctx.onnx_path is not None:
-        raise Unavailable(f"{ctx.onnx_path} is an ONNX file in its own precision")
-    path = ctx.onnx_path or export_onnx(ctx)
+    return ort
+
+
+def _session(ort, path: Path, ctx: BenchContext, providers: list[str]):
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = ctx.threads
@@ -40,30 +41,109 @@ def _onnxruntime(ctx: BenchContext) -> Engine:
     # alone, 100 ms right after ORT runs).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
-        session = ort.InferenceSession(str(path), options, providers=providers)
+        return ort.InferenceSession(str(path), options, providers=providers)
     except Exception as err:  # noqa: BLE001 - e.g. an op without a kernel for this dtype
         raise Unavailable(f"ONNX Runtime cannot load the model: {one_line(err, 200)}") from None
-    feed = {i.name: a.astype(ctx.dtype) if a.dtype.kind == "f" else a
-            for i, a in zip(session.get_inputs(), ctx.inputs)}
+
+
+def _engine(name: str, session, inputs: list[np.ndarray], dtype: str) -> Engine:
+    feed = {i.name: a.astype(dtype) if a.dtype.kind == "f" else a
+            for i, a in zip(session.get_inputs(), inputs)}
 
     def outputs():
         return list(session.run(None, feed))
 
-    return Engine("onnxruntime", outputs,
+    return Engine(name, outputs,
                   lambda: [o.astype(np.float32) if o.dtype.kind == "f" else o for o in outputs()],
                   0.0)
 
 
-def export_onnx(ctx: BenchContext) -> Path:
+@register("onnxruntime")
+def _onnxruntime(ctx: BenchContext) -> Engine:
+    ort = _import_onnxruntime()
+    providers = ["CPUExecutionProvider"]
+    if ctx.target.is_gpu:
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise Unavailable("this onnxruntime has no CUDA execution provider")
+        providers.insert(0, "CUDAExecutionProvider")
+    if ctx.dtype == "bfloat16":
+        raise Unavailable("ONNX Runtime's CPU kernels have no bfloat16")
+    if ctx.dtype != "float32" and ctx.onnx_path is not None:
+        raise Unavailable(f"{ctx.onnx_path} is an ONNX file in its own precision")
+    session = _session(ort, onnx_model(ctx, ctx.dtype), ctx, providers)
+    return _engine("onnxruntime", session, ctx.inputs, ctx.dtype)
+
+
+@register("onnxruntime-int8")
+def _onnxruntime_int8(ctx: BenchContext) -> Engine:
+    """Static QDQ quantization (``quantize_static``) of the float32 file: per-channel int8
+    weights, uint8 activations (the u8 x s8 products of AVX-512 VNNI's ``vpdpbusd``), min-max
+    ranges calibrated on seeded inputs drawn as the bench's are, the op types ONNX Runtime
+    quantizes by default."""
+    ort = _import_onnxruntime()
+    if ctx.target.is_gpu:
+        raise Unavailable("ONNX Runtime's int8 kernels are its CPU execution provider's")
+    from onnxruntime import quantization  # noqa: PLC0415
+
+    source = onnx_model(ctx, "float32")
+    folder = ctx.scratch_dir()
+    prepared, quantized = folder / "int8-prepared.onnx", folder / "int8.onnx"
+    names = [s.name for s in ctx.model.inputs]  # the export's input names
+
+    class Calibration(quantization.CalibrationDataReader):
+        def __init__(self):
+            self.feeds = ({n: a for n, a in zip(names, ctx.seeded_inputs(seed))}
+                          for seed in range(CALIBRATION_INPUTS))
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    try:  # ORT's own advice before quantizing: shape inference and graph optimisation
+        with contextlib.redirect_stdout(io.StringIO()):
+            quantization.quant_pre_process(str(source), str(prepared))
+            quantization.quantize_static(
+                str(prepared), str(quantized), Calibration(),
+                quant_format=quantization.QuantFormat.QDQ, per_channel=True,
+                activation_type=quantization.QuantType.QUInt8,
+                weight_type=quantization.QuantType.QInt8)
+    except Exception as err:  # noqa: BLE001 - the quantizer raises many types
+        raise Unavailable(f"ONNX Runtime's quantize_static failed: {one_line(err, 200)}") \
+            from None
+    session = _session(ort, quantized, ctx, ["CPUExecutionProvider"])
+    engine = _engine("onnxruntime-int8", session, ctx.inputs, "float32")
+    engine.precision = "int8"
+    engine.agreement = agreement(
+        lambda arrays: session.run(None, dict(zip(names, arrays))), ctx,
+        range(CALIBRATION_INPUTS, CALIBRATION_INPUTS + AGREEMENT_INPUTS))
+    return engine
+
+
+def onnx_model(ctx: BenchContext, dtype: str) -> Path:
+    """The ONNX file the ONNX Runtime and OpenVINO engines run: the source itself for ONNX
+    sources, else the module's export in ``dtype``, made once per bench."""
+    if ctx.onnx_path is not None:
+        return ctx.onnx_path
+    if dtype not in ctx.onnx_exports:
+        try:
+            ctx.onnx_exports[dtype] = export_onnx(ctx, dtype)
+        except Unavailable as why:
+            ctx.onnx_exports[dtype] = why
+    found = ctx.onnx_exports[dtype]
+    if isinstance(found, Unavailable):
+        raise Unavailable(str(found))
+    return found
+
+
+def export_onnx(ctx: BenchContext, dtype: str | None = None) -> Path:
+    """The PyTorch module's ONNX export in ``dtype`` (default: the bench's)."""
     import torch  # noqa: PLC0415
 
-    if ctx.torch_module is None:
-        raise Unavailable("no PyTorch module to export")
-    module = module_in_precision(ctx)
-    path = Path(tempfile.mkdtemp(prefix="tvmfuse-bench-")) / "model.onnx"
+    dtype = dtype or ctx.dtype
+    module = module_in_precision(ctx, dtype)
+    path = ctx.scratch_dir() / f"model-{dtype}.onnx"
     device = next(module.parameters()).device
-    dtype = getattr(torch, ctx.dtype)
-    args = tuple(torch.from_numpy(a).to(device, dtype if a.dtype.kind == "f" else None)
+    precision = getattr(torch, dtype)
+    args = tuple(torch.from_numpy(a).to(device, precision if a.dtype.kind == "f" else None)
                  for a in ctx.inputs)
     names = [s.name for s in ctx.model.inputs]
     try:  # TorchScript's exporter first: what the zoo's published figures were measured with

@@ -39,13 +39,14 @@ def _torch_engine(name: str, fn, ctx: BenchContext) -> Engine:
     return Engine(name, run, outputs, 0.0)
 
 
-def module_in_precision(ctx: BenchContext):
-    """The PyTorch module in the bench's precision (a copy: the reference stays float32)."""
+def module_in_precision(ctx: BenchContext, dtype: str | None = None):
+    """The PyTorch module in ``dtype`` (default: the bench's precision), on a copy: the
+    reference stays float32."""
     import torch  # noqa: PLC0415
 
     if ctx.torch_module is None:
         raise Unavailable(f"{ctx.model.source} is not a PyTorch model")
-    return copy.deepcopy(ctx.torch_module).to(getattr(torch, ctx.dtype))
+    return copy.deepcopy(ctx.torch_module).to(getattr(torch, dtype or ctx.dtype))
 
 
 @register("torch-eager")
