@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +100,7 @@ def _onnxruntime_int8(ctx: BenchContext) -> Engine:
             return next(self.feeds, None)
 
     try:  # ORT's own advice before quantizing: shape inference and graph optimisation
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), _quiet_logging():
             quantization.quant_pre_process(str(source), str(prepared))
             quantization.quantize_static(
                 str(prepared), str(quantized), Calibration(),
@@ -116,6 +117,19 @@ def _onnxruntime_int8(ctx: BenchContext) -> Engine:
         lambda arrays: session.run(None, dict(zip(names, arrays))), ctx,
         range(CALIBRATION_INPUTS, CALIBRATION_INPUTS + AGREEMENT_INPUTS))
     return engine
+
+
+@contextlib.contextmanager
+def _quiet_logging():
+    """ONNX Runtime's quantizer logs through the root logger: a line per bias it copies and per
+    weight it cannot quantize per channel (LayerNorm's rank-1 scales, kept per tensor), over 80
+    lines on BERT-base, none of them a failure (a failure raises)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
 
 
 def onnx_model(ctx: BenchContext, dtype: str) -> Path:
