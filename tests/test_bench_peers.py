@@ -100,3 +100,22 @@ def test_int8_reports_the_cosine_similarity_of_an_encoder():
     int8 = by["onnxruntime-int8"]
     assert 1e-4 < int8.rel_err < 5e-2
     assert set(int8.agreement) == {"cosine"} and 0.99 < int8.agreement["cosine"] <= 1.0
+
+
+def test_the_table_names_a_peers_own_precision_and_its_agreement(capsys):
+    from tvmfuse.bench.report import Report, Result
+    from tvmfuse.cli.bench import _print_table
+
+    report = Report("resnet50", "avx512", 2, 1, "float32", flops=None, peak_gflops=None)
+    report.results += [
+        Result("openvino", 20.0, 19.0, 21.0, 3, 0.5, 5e-3, None, precision="bfloat16"),
+        Result("onnxruntime-int8", 25.0, 24.0, 26.0, 3, 40.0, 2e-2, None, precision="int8",
+               agreement={"top1": 0.99}),
+        Result("openvino-fp32", 35.0, 34.0, 36.0, 3, 0.3, 1e-6, None, precision="float32"),
+    ]
+    report.finish()
+    _print_table(report)
+    out = capsys.readouterr().out
+    assert "openvino (bf16)" in out and "top-1 99%" in out
+    # a name that says its precision, or the bench's own precision, gets no suffix
+    assert "onnxruntime-int8 (" not in out and "openvino-fp32 (" not in out
