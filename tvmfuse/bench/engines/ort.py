@@ -107,8 +107,8 @@ def _onnxruntime_int8(ctx: BenchContext) -> Engine:
                 quant_format=quantization.QuantFormat.QDQ, per_channel=True,
                 activation_type=quantization.QuantType.QUInt8,
                 weight_type=quantization.QuantType.QInt8)
-    except Exception as err:  # noqa: BLE001 - the quantizer raises many types
-        raise Unavailable(f"ONNX Runtime's quantize_static failed: {one_line(err, 200)}") \
+    except Exception as err:  # noqa: BLE001 - its pre-processing and quantizer raise many types
+        raise Unavailable(f"ONNX Runtime's static quantization failed: {one_line(err, 200)}") \
             from None
     session = _session(ort, quantized, ctx, ["CPUExecutionProvider"])
     engine = _engine("onnxruntime-int8", session, ctx.inputs, "float32")
