@@ -148,16 +148,14 @@ def _compiler_version(mode: str) -> str | None:
 
 @functools.cache
 def _toolkit() -> str:
-    """The CUDA toolkit whose headers the source includes: its folder, and when its version file
-    last changed (a toolkit reinstalled in place)."""
+    """The CUDA toolkit whose headers the source includes: its folder and full version."""
     from tvm.support import nvcc  # noqa: PLC0415
 
     try:
         path = nvcc.find_cuda_path()
-    except RuntimeError:
+        return f"{path} {nvcc.get_cuda_version(path)}"
+    except (RuntimeError, OSError, StopIteration, ValueError):
         return "none"
-    stamp = Path(path) / "version.json"
-    return f"{path} {stamp.stat().st_mtime_ns if stamp.exists() else 0}"
 
 
 def entry_path(key: str) -> Path:

@@ -47,6 +47,7 @@ def add_parser(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    begun = time.perf_counter()
     if args.rpc and (args.bench or not args.verify):
         raise TvmfuseError("--rpc goes with --verify (time a remote build with `tvmfuse run DIR "
                            "--rpc ... --check --repeat N`)")
@@ -67,7 +68,8 @@ def handle(args: argparse.Namespace) -> int:
     if (args.verify or args.bench) and args.rpc is None and reason is not None:
         raise TvmfuseError(f"cannot {'verify' if args.verify else 'time'} a {target.name} build "
                            f"here: {reason}; verify on its device with --rpc HOST:PORT:KEY")
-    times = BuildTimes()
+    times = BuildTimes(started=begun)
+    times.add("startup", time.perf_counter() - begun)
     with times.measure("import"):
         model = api.import_model(args.model, **import_arguments(args))
     compiled = api.compile_model(model, target, options, times=times)
