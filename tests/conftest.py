@@ -23,6 +23,8 @@ HOST = host_target_name()
 # shipped ones) live in a folder of this test run: a developer's tuning must not change what the
 # tests build, nor the tests write into it. Set before tvmfuse is imported (tvmfuse.env reads it).
 os.environ["TVMFUSE_TUNING_LOGS"] = tempfile.mkdtemp(prefix="tvmfuse-test-tuning-logs-")
+# Likewise the kernel cache: the tests neither read a developer's CUDA binaries nor add theirs.
+os.environ["TVMFUSE_KERNEL_CACHE"] = tempfile.mkdtemp(prefix="tvmfuse-test-kernels-")
 
 
 @pytest.fixture(scope="session")

@@ -75,8 +75,10 @@ def build(compiled: Compiled, out_dir: str | Path,
         raise
     staging.chmod(0o755)  # mkdtemp's 0700 would hide the build from other users
     try:
-        compiled.target.export(compiled.executable, str(staging / runtime.LIBRARY))
-        _write_check(compiled.model, staging / runtime.CHECK)
+        with compiled.times.measure("export"):
+            compiled.target.export(compiled.executable, str(staging / runtime.LIBRARY))
+        with compiled.times.measure("reference"):
+            _write_check(compiled.model, staging / runtime.CHECK)
         manifest = _manifest(compiled, staging)
         (staging / runtime.MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         if check is not None:
@@ -186,6 +188,8 @@ def _manifest(compiled: Compiled, folder: Path) -> dict:
         # Kernel -> "tuned", the hand-written schedule rule ("cpu.conv2d"), or "default".
         "implementations": dict(sorted(compiled.analysis.implementations.items())),
         "compile_seconds": round(compiled.seconds, 2),
+        # seconds per stage, import to export (see tvmfuse.buildtime), and the wall time
+        "build_seconds": compiled.times.to_json(),
     }
 
 

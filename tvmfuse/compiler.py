@@ -18,7 +18,8 @@ from pathlib import Path
 
 import tvm
 
-from . import names, pipeline, profile, report, strategy
+from . import buildtime, kernel_cache, names, pipeline, profile, report, strategy
+from .buildtime import BuildTimes
 from .errors import CompileError, TvmfuseError, one_line
 from .frontend import ImportedModel
 from .options import BuildOptions
@@ -102,6 +103,8 @@ class Compiled:
     seconds: float
     #: What the kernels compute in (``BuildOptions.dtype``): float32, or float16 storage.
     precision: str = "float32"
+    #: Seconds per stage of the build (export is added when the build folder is written).
+    times: BuildTimes = field(default_factory=BuildTimes)
 
     @property
     def database(self) -> Path | None:
@@ -123,18 +126,24 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
     return mod, analysis
 
 
-def _observer(model: ImportedModel, options: BuildOptions, analysis: Analysis):
+def _observer(model: ImportedModel, options: BuildOptions, analysis: Analysis,
+              times: BuildTimes | None = None):
     """``on_phase`` for a pipeline run: times each phase, lets ``analysis`` read its output, and
-    writes the IR dumps (the imported module's at once) when ``options.dump_ir`` is set."""
+    writes the IR dumps (the imported module's at once) when ``options.dump_ir`` is set. With
+    ``times``, each phase's seconds go there too, and the reading and dumping as ``analysis``."""
     clock = [time.perf_counter()]
 
     def on_phase(name, mod):
         now = time.perf_counter()
         analysis.phase_seconds[name] = now - clock[0]
-        clock[0] = now
+        if times is not None:
+            times.add(name, now - clock[0])
         analysis.observe(name, mod)
         if options.dump_ir is not None:
             (options.dump_ir / pipeline.dump_name(name)).write_text(mod.script(show_meta=False))
+        clock[0] = time.perf_counter()
+        if times is not None:
+            times.add("analysis", clock[0] - now)
 
     if options.dump_ir is not None:
         options.dump_ir.mkdir(parents=True, exist_ok=True)
@@ -187,15 +196,25 @@ def profile_kernels(model: ImportedModel, target: TargetSpec, options: BuildOpti
     return [t.to_json() for t in times]
 
 
-def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> Compiled:
-    """Run the tvmfuse pipeline on ``model`` and build it for ``target``."""
+def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
+                  times: BuildTimes | None = None) -> Compiled:
+    """Run the tvmfuse pipeline on ``model`` and build it for ``target``, adding the seconds
+    of each stage to ``times`` (a fresh :class:`~tvmfuse.buildtime.BuildTimes` when None; the
+    CLI passes the one its import was timed in)."""
     log.info("compiling %s for %s (%s)", model.source, target.name, target.description)
     start = time.perf_counter()
+    times = BuildTimes() if times is None else times
     analysis = Analysis([], [], {})
+    kernel_cache.install(options.cache)
     try:
-        with _applied_database(target, options, analysis, True) as database:
-            executable = pipeline.build(model.mod, target, options, database=database,
-                                        on_phase=_observer(model, options, analysis))
+        with contextlib.ExitStack() as stack:
+            with times.measure("database"):
+                database = stack.enter_context(
+                    _applied_database(target, options, analysis, True))
+            mod = pipeline.run(model.mod, target, options, database=database,
+                               on_phase=_observer(model, options, analysis, times))
+        with buildtime.codegen_split(times, cuda_module=target.is_gpu):
+            executable = pipeline.compile_lowered(mod, target, options)
     except CompileError as err:
         raise TvmfuseError(f"TVM failed to compile {model.source} for {target.name}: {err}") \
             from err
@@ -211,7 +230,7 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
     log.info("compiled to %d kernel launches (%d fusion groups) in %.1f s",
              len(analysis.kernels), len(analysis.groups), seconds)
     _log_implementations(analysis)
-    return Compiled(model, target, executable, analysis, seconds, options.dtype)
+    return Compiled(model, target, executable, analysis, seconds, options.dtype, times)
 
 
 def _log_implementations(analysis: Analysis) -> None:

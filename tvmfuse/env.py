@@ -18,6 +18,26 @@ def _cache_home() -> Path:
 TUNING_LOGS = Path(os.environ.get("TVMFUSE_TUNING_LOGS")
                    or _cache_home() / "tvmfuse" / "tuning_logs")
 
+#: The compiled-kernel cache (:mod:`tvmfuse.kernel_cache`), beside the user's tuning logs:
+#: ``TVMFUSE_KERNEL_CACHE``, else the platform's cache folder. Holds CUDA binaries by the digest
+#: of what made them; deleting it costs only a recompile.
+KERNEL_CACHE = Path(os.environ.get("TVMFUSE_KERNEL_CACHE")
+                    or _cache_home() / "tvmfuse" / "kernels")
+
+#: ``TVMFUSE_NO_CACHE=1`` turns the kernel cache off for every command (``tvmfuse build
+#: --no-cache`` for one build): nothing is read from it or written to it.
+CACHE_ENABLED = os.environ.get("TVMFUSE_NO_CACHE", "").lower() not in ("1", "true", "yes", "on")
+
+
+def tvm_cuda_compile_settings() -> dict[str, str]:
+    """TVM's own environment variables that change how it compiles CUDA C
+    (``tvm.support.nvcc``: the compiler, ptxas and NVRTC options, fast math, debug info), as set
+    now: part of a kernel cache key, so a binary made under other settings is not reused."""
+    names = ("TVM_CUDA_COMPILE_MODE", "TVM_CUDA_PTXAS_REG_LEVEL", "TVM_CUDA_PTXAS_EXTRA_OPTS",
+             "TVM_CUDA_NVRTC_EXTRA_OPTS", "TVM_CUDA_NVCC_NO_FAST_MATH", "TVM_KERNEL_DEBUG",
+             "TVM_KERNEL_DUMP", "CUDA_HOME", "CUDA_PATH")
+    return {name: os.environ[name] for name in names if name in os.environ}
+
 #: Seconds to wait for an RPC tracker to accept a connection before saying it is not there.
 RPC_CONNECT_TIMEOUT_S = float(os.environ.get("TVMFUSE_RPC_CONNECT_TIMEOUT", "5"))
 

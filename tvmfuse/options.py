@@ -32,6 +32,8 @@ class BuildOptions:
     sum in (None: their own dtype; see :mod:`tvmfuse.strategy.accumulate`). ``fusion=False``
     turns tvmfuse's own fusion rules off (:data:`tvmfuse.rules.FUSION_RULES`) and keeps the
     rest: the "fusion alone" baseline, same layouts and schedules, TVM's FuseOps only.
+    ``cache=False`` compiles every CUDA binary afresh rather than through the kernel cache
+    (:mod:`tvmfuse.kernel_cache`; ``TVMFUSE_NO_CACHE`` turns it off everywhere).
     """
 
     database: Path | None = None
@@ -42,6 +44,7 @@ class BuildOptions:
     dtype: str = "float32"
     accumulator: str | None = "float32"
     fusion: bool = True
+    cache: bool = True
 
     def __post_init__(self):
         if self.dtype not in PRECISIONS:

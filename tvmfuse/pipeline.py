@@ -317,6 +317,12 @@ def build(mod: tvm.IRModule, target: TargetSpec, options: BuildOptions, *,
     return _lower(_run(plan, mod, None, on_phase), plan)
 
 
+def compile_lowered(mod: tvm.IRModule, target: TargetSpec, options: BuildOptions):
+    """Compile ``mod``, the output of a whole :func:`run`, for ``target`` (what :func:`build`
+    does after the phases): a ``tvm.relax.Executable``."""
+    return _lower(mod, _plan(target, options, None))
+
+
 def _run(plan: _Plan, mod: tvm.IRModule, until: str | None, on_phase) -> tvm.IRModule:
     # FuseOps' largest group is the elementwise rule's size limit.
     config = {"relax.FuseOps.max_depth": plan.rules["elementwise"].max_group_size,

@@ -182,6 +182,10 @@ def load(path: str | Path, rpc: str | None = None) -> Deployed:
             raise TvmfuseError(f"this build cannot run here: {reason}; run it on its device "
                                f"with --rpc HOST:PORT:KEY")
         device = target.device_here()
+        if target.is_gpu:  # a library holding CUDA C compiles it here: through the cache
+            from . import kernel_cache  # noqa: PLC0415
+
+            kernel_cache.install()
         try:
             module = _load_afresh(library)
         except Exception as err:  # noqa: BLE001 - the loader raises TVM's and OS errors alike

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from pathlib import Path
 
 from .. import env
@@ -39,10 +40,14 @@ def add_parser(sub) -> None:
                         help="timed runs per engine for --bench (default 5)")
     parser.add_argument("--dump-ir", type=Path, metavar="DIR",
                         help="write the IR after each pipeline phase into DIR")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="compile every CUDA binary afresh, without the kernel cache "
+                             "(TVMFUSE_NO_CACHE=1 does so for every command)")
     parser.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    begun = time.perf_counter()
     if args.rpc and (args.bench or not args.verify):
         raise TvmfuseError("--rpc goes with --verify (time a remote build with `tvmfuse run DIR "
                            "--rpc ... --check --repeat N`)")
@@ -55,6 +60,7 @@ def handle(args: argparse.Namespace) -> int:
     if args.bench:
         env.short_openmp_spin()  # before torch is imported
     from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
+    from ..buildtime import BuildTimes  # noqa: PLC0415
     from ..verify import record, verify  # noqa: PLC0415
 
     target = api.get_target(args.target)
@@ -62,21 +68,30 @@ def handle(args: argparse.Namespace) -> int:
     if (args.verify or args.bench) and args.rpc is None and reason is not None:
         raise TvmfuseError(f"cannot {'verify' if args.verify else 'time'} a {target.name} build "
                            f"here: {reason}; verify on its device with --rpc HOST:PORT:KEY")
-    model = api.import_model(args.model, **import_arguments(args))
-    compiled = api.compile_model(model, target, options)
+    times = BuildTimes(started=begun)
+    times.add("startup", time.perf_counter() - begun)
+    with times.measure("import"):
+        model = api.import_model(args.model, **import_arguments(args))
+    compiled = api.compile_model(model, target, options, times=times)
     loaded = {}
+    after = {}  # seconds of the checks after the build, for the report's line
 
     def check(staged: Path) -> None:  # the staged folder, before it replaces an earlier build
+        start = time.perf_counter()
         loaded["deployed"] = deployed = api.load(staged, args.rpc)
+        after["load"] = time.perf_counter() - start
         if args.verify:
+            start = time.perf_counter()
             checks = verify(deployed, model)
             record(staged, checks, model.reference_name)
             worst = max(checks, key=lambda c: c.rel_err)
             peer = "" if worst.peer_err is None else f"; {worst.peer} {worst.peer_err:.2e}"
             log.info("verified %d output(s) against %s: worst relative L2 error %.2e (%s%s)",
                      len(checks), model.reference_name, worst.rel_err, worst.name, peer)
+            after["verify"] = time.perf_counter() - start
 
     api.build(compiled, args.output, check=check if args.verify or args.bench else None)
+    log.info("%s", times.line(after))
     if args.bench:
         _bench(loaded["deployed"], model, target, args.repeat)
     return 0

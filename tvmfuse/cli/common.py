@@ -86,7 +86,8 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
     return BuildOptions(database=getattr(args, "db", None),
                         use_database=not getattr(args, "no_db", False),
                         dump_ir=getattr(args, "dump_ir", None), fusion_rules=args.fusion_rules,
-                        verify_fusion=args.verify_fusion, dtype=DTYPES[args.dtype])
+                        verify_fusion=args.verify_fusion, dtype=DTYPES[args.dtype],
+                        cache=not getattr(args, "no_cache", False))
 
 
 def add_database_arguments(parser: argparse.ArgumentParser, what: str) -> None:
