@@ -20,7 +20,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 
 from ..tir_util import inline_into_consumers, is_reduction, root_blocks
-from ._blocked import block_anchor, register_blocked
+from ._blocked import block_anchor, blocked_space, register_blocked
 from ._tiles import choose_tile
 from ._tir import CpuRule, Vector
 from .reduction import lane_partials, vectorize_rows
@@ -32,8 +32,10 @@ class Dense(CpuRule):
     name = "cpu.dense"
 
     def apply(self, func, target, tunable):
-        return register_blocked(func, self.vector, lambda name: name.startswith(_ANCHORS),
-                                tall=True)
+        return register_blocked(func, self.vector, _is_gemm, tall=True)
+
+    def space(self, func, target):
+        return blocked_space(func, self.vector, _is_gemm, tall=True)
 
 
 class DenseRowNorm(CpuRule):
@@ -81,6 +83,10 @@ class DenseRowNorm(CpuRule):
         sch.parallel(rows)
         vectorize_rows(sch, tail, partials, self.vector.lanes)
         return sch
+
+
+def _is_gemm(name: str) -> bool:
+    return name.startswith(_ANCHORS)
 
 
 def _one_column_tile(cols, vector: Vector) -> bool:
