@@ -111,13 +111,15 @@ def test_a_closed_remote_build_gives_the_device_back(tracker, build_tiny):
 def test_the_seeds_session_ends_before_the_search_asks_for_the_device(tracker):
     from tvm import te
 
+    from tvmfuse import strategy
     from tvmfuse.remote import Remote
-    from tvmfuse.tuning.tune import Measure
+    from tvmfuse.tuning.measure import Timer
 
     x = te.placeholder((64, 64), name="x")
     func = te.create_prim_func([x, te.compute((64, 64), lambda i, j: x[i, j] * 2, name="y")])
-    with Measure(Remote.parse(tracker)) as measure:
-        assert measure(func, TARGET.tvm_target()) > 0
+    with Timer(TARGET.tvm_target(), strategy.for_target(TARGET).tir_pipeline(),
+               remote=Remote.parse(tracker)) as measure:
+        assert measure(func) > 0
         assert _free(tracker) == 0
     assert _given_back(tracker)
 

@@ -49,9 +49,10 @@ def scheduler(target: TargetSpec) -> ApplyScheduleRules:
 
 
 def implementations(mod: tvm.IRModule) -> dict[str, str]:
-    """Kernel name -> the implementation it was built with: ``tuned`` or ``tuned:<rule>@<version>``
-    (a searched database record, see TUNED), ``seed:<rule>`` (a database record that is a measured hand-written seed), a
-    hand-written rule's name (``cpu.conv2d``), a dlight rule (``dlight.Matmul``) or ``default``."""
+    """Kernel name -> the implementation it was built with: ``tuned`` or
+    ``tuned:<rule>@<version>`` (a searched database record, see TUNED), ``seed:<rule>`` (a
+    database record that is a measured hand-written seed), a hand-written rule's name
+    (``cpu.conv2d``), a dlight rule (``dlight.Matmul``) or ``default``."""
     found = {}
     for gvar, func in mod.functions.items():
         if not isinstance(func, tirx.PrimFunc):
