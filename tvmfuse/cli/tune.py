@@ -45,6 +45,9 @@ def add_parser(sub) -> None:
     add_rpc_argument(parser, "measure (candidates are linked here)")
     parser.add_argument("--retune", action="store_true",
                         help="search again for tasks the database already holds")
+    parser.add_argument("--no-compare", dest="compare", action="store_false",
+                        help="after a search, do not time the model built without and with the "
+                             "database (two builds and 20 interleaved runs each)")
     parser.set_defaults(handler=handle)
 
 
@@ -67,6 +70,13 @@ def handle(args: argparse.Namespace) -> int:
     database, _ = api.tune(model, target, options, trials=args.trials,
                            trials_per_iter=args.trials_per_iter, top_k=args.top_k,
                            budget_s=args.budget, retune=args.retune, rpc=args.rpc)
+    if args.compare and args.trials and target.why_not_runnable() is None and args.rpc is None:
+        from ..tuning.tune import compare  # noqa: PLC0415
+
+        times = compare(model, target, options, database)
+        log.info("model latency (median of %d interleaved runs): %.2f ms without the database, "
+                 "%.2f ms with it (%+.1f%%)", times.repeat, times.untuned_ms, times.tuned_ms,
+                 -100 * times.gain)
     log.info("build with it: tvmfuse build %s --target %s --db %s -o DIR", args.model,
              target.name, database)
     return 0

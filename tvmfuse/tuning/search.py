@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,15 +89,19 @@ class Candidate:
     sch: s_tir.Schedule
     seconds: float
     args_info: list = field(default_factory=list)
+    #: Seconds from the start of the search to this candidate's timing.
+    found_after_s: float = 0.0
 
 
 def search_task(task, target, scheduler: ApplyScheduleRules, timer: Timer, work_dir: Path,
-                trials: int, trials_per_iter: int = 4, on_trials=None) -> list[Candidate]:
+                trials: int, trials_per_iter: int = 4, on_trials=None,
+                generic: bool = False) -> list[Candidate]:
     """Search ``task`` (an extracted task) for ``trials`` candidates, each timed by ``timer``
     and committed at once to a JSON database in ``work_dir``; the candidates that ran, fastest
-    first. ``on_trials(count)`` is called after each batch (a progress bar)."""
+    first. ``on_trials(count)`` is called after each batch (a progress bar); ``generic``
+    searches MetaSchedule's generic space even where the rule has one (for comparisons)."""
     workload = task.dispatched[0]
-    space = design_space(workload["main"], target, scheduler)
+    space = None if generic else design_space(workload["main"], target, scheduler)
     context = _tune_context(task, trials, space)
     Path(work_dir).mkdir(parents=True, exist_ok=True)
     database = ms.database.JSONDatabase(work_dir=str(work_dir))
@@ -106,6 +111,7 @@ def search_task(task, target, scheduler: ApplyScheduleRules, timer: Timer, work_
     strategy.pre_tuning(trials, trials_per_iter, context.generate_design_space(), database,
                         model)
     ran: list[Candidate] = []
+    started = time.perf_counter()
     try:
         while (candidates := strategy.generate_measure_candidates()) is not None:
             results = [_time(timer, c) for c in candidates]
@@ -116,12 +122,13 @@ def search_task(task, target, scheduler: ApplyScheduleRules, timer: Timer, work_
                 database.commit_tuning_record(ms.database.TuningRecord(
                     candidate.sch.trace, committed, seconds, target, candidate.args_info))
                 if result.run_secs:
-                    ran.append(Candidate(candidate.sch, seconds[0], candidate.args_info))
+                    ran.append(Candidate(candidate.sch, seconds[0], candidate.args_info,
+                                         time.perf_counter() - started))
             if on_trials is not None:
                 on_trials(len(candidates))
     finally:
         strategy.post_tuning()
-    return sorted(ran, key=lambda c: c.seconds)
+    return sorted(ran, key=lambda c: c.seconds)  # stable: in order of timing among equals
 
 
 def _time(timer: Timer, candidate) -> ms.runner.RunnerResult:

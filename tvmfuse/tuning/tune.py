@@ -149,6 +149,42 @@ def tune_model(model: ImportedModel, target: TargetSpec, options: BuildOptions, 
     return database_dir, plans
 
 
+@dataclass
+class ModelTimes:
+    """The model's latency built without the database (the rules' schedules: the seeds) and
+    with it, in interleaved runs (:func:`tvmfuse.bench.measure.measure`)."""
+
+    untuned_ms: float
+    tuned_ms: float
+    repeat: int
+
+    @property
+    def gain(self) -> float:
+        return 1 - self.tuned_ms / self.untuned_ms
+
+
+def compare(model: ImportedModel, target: TargetSpec, options: BuildOptions,
+            database_dir: Path, repeat: int = 20) -> ModelTimes:
+    """Build ``model`` for ``target`` (here) without a database and with ``database_dir``, and
+    time both on its example inputs in interleaved rounds; medians."""
+    import dataclasses  # noqa: PLC0415
+
+    from ..artifact import build  # noqa: PLC0415 - the build's own modules, only to compare
+    from ..bench.measure import measure  # noqa: PLC0415
+    from ..compiler import compile_model  # noqa: PLC0415
+    from ..runtime import load  # noqa: PLC0415
+
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="tvmfuse-compare-") as scratch:
+        for name, changes in (("untuned", {"use_database": False}),
+                              ("tuned", {"database": Path(database_dir)})):
+            built = compile_model(model, target, dataclasses.replace(options, **changes))
+            deployed = load(build(built, Path(scratch) / name))
+            runs[name] = deployed.runner(model.example_inputs)
+        untuned, tuned = measure(runs, repeat=repeat)
+    return ModelTimes(untuned.median_ms, tuned.median_ms, repeat)
+
+
 def plan_tasks(mod, target, database_):
     """The tasks of ``mod`` (a module after FuseTIR), largest share of FLOPs first, with plans."""
     tasks = []
