@@ -15,7 +15,9 @@ kernels round-robin, and :func:`beats` says whether one is faster by more than t
 
 from __future__ import annotations
 
+import concurrent.futures
 import gc
+import itertools
 import logging
 import os
 import statistics
@@ -84,19 +86,25 @@ def compile_kernel(func: tirx.PrimFunc, target, tir_pipeline: str):
 
 
 class Timer:
-    """Seconds per call of scheduled kernels, as :func:`as_built` makes them, here or on an RPC
-    device (one session for the timer's life).
+    """Seconds per call of scheduled kernels, as :func:`as_built` makes them, here or on the
+    devices an RPC tracker holds under a key (sessions held for the timer's life).
 
     ``tir_pipeline``: the target family's lowering (:meth:`tvmfuse.strategy.Strategy.
     tir_pipeline`). Each timing is the median of ``repeat`` runs of at least ``min_repeat_ms``.
+    Over RPC, :meth:`time_many` spreads kernels over every device of the key that was free when
+    the first was asked for (``devices`` at most); :meth:`load` and :meth:`__call__` time on the
+    first, so that timings compared with each other come from one device.
     """
 
     def __init__(self, target, tir_pipeline: str, *, remote: Remote | None = None,
-                 cross_cc: str | None = None, repeat: int = 3, min_repeat_ms: int = 50):
+                 cross_cc: str | None = None, repeat: int = 3, min_repeat_ms: int = 50,
+                 devices: int | None = None):
         self.target, self.tir_pipeline = target, tir_pipeline
         self.remote, self.cross_cc = remote, cross_cc
         self.repeat, self.min_repeat_ms = repeat, min_repeat_ms
-        self._session = None
+        self.devices = devices
+        self._sessions: list = []
+        self._uploads = itertools.count()  # next() is atomic: the devices' threads share it
 
     def __enter__(self) -> Timer:
         return self
@@ -105,28 +113,47 @@ class Timer:
         self.close()
 
     def close(self) -> None:
-        """End the RPC session: the tracker lends a device to one session at a time (left open,
-        the next session waited for its timeout)."""
-        self._session = None
+        """End the RPC sessions: the tracker lends a device to one session at a time (left
+        open, the next session waited for its timeout)."""
+        self._sessions = []
         gc.collect()
 
-    def load(self, func: tirx.PrimFunc):
-        """A callable ``() -> seconds`` timing ``func`` (scheduled) on fixed random arguments."""
+    def sessions(self) -> list:
+        """The RPC sessions (opened on first use: every device of the key free then)."""
+        if not self._sessions:
+            count = self.remote.free_devices()
+            if self.devices is not None:
+                count = min(count, self.devices)
+            self._sessions = [self.remote.session() for _ in range(max(count, 1))]
+            if len(self._sessions) > 1:
+                log.info("timing on %d devices of %s", len(self._sessions), self.remote)
+        return self._sessions
+
+    def compile(self, func: tirx.PrimFunc):
+        """``func`` (scheduled) as built, compiled: (library, parameter specs)."""
         built = as_built(func)
         specs = param_specs(built)
         if specs is None:
             raise ValueError("a kernel with symbolic shapes cannot be timed alone")
-        library = compile_kernel(built, self.target, self.tir_pipeline)
+        return compile_kernel(built, self.target, self.tir_pipeline), specs
+
+    def load(self, func: tirx.PrimFunc, device: int = 0):
+        """A callable ``() -> seconds`` timing ``func`` (scheduled) on fixed random arguments,
+        on the ``device``-th RPC device (over RPC) or here."""
+        return self._loaded(*self.compile(func), device)
+
+    def _loaded(self, library, specs, device_index: int):
         kind = "cuda" if self.target.kind.name == "cuda" else "cpu"
         if self.remote is None:
             module, device = library.mod, tvm.device(kind, 0)
         else:
-            if self._session is None:
-                self._session = self.remote.session()
+            session = self.sessions()[device_index]
             path = SharedLibraryExport(self.cross_cc)(library.mod)
-            self._session.upload(path)
-            module = self._session.load_module(os.path.basename(path))
-            device = self._session.device(kind, 0)
+            # a name of its own: a second library loaded from one path is the first again
+            name = f"kernel-{os.getpid()}-{next(self._uploads)}.so"
+            session.upload(path, target=name)
+            module = session.load_module(name)
+            device = session.device(kind, 0)
         args = random_args(specs, device)
         timer = module.time_evaluator("main", device, number=1, repeat=self.repeat,
                                       min_repeat_ms=self.min_repeat_ms)
@@ -135,6 +162,35 @@ class Timer:
     def __call__(self, func: tirx.PrimFunc) -> float:
         """Seconds per call of ``func`` (scheduled)."""
         return self.load(func)()
+
+    def time_many(self, funcs: Sequence[tirx.PrimFunc]) -> list[float | Exception]:
+        """Seconds per call of each of ``funcs``, or the error it failed with: compiled here
+        one after another, timed on the RPC devices in parallel (one kernel at a time each)."""
+        compiled: list = []
+        for func in funcs:
+            try:
+                compiled.append(self.compile(func))
+            except Exception as err:  # noqa: BLE001 - a candidate that fails to build
+                compiled.append(err)
+        devices = len(self.sessions()) if self.remote is not None else 1
+
+        def run(index: int, device: int) -> float | Exception:
+            if isinstance(compiled[index], Exception):
+                return compiled[index]
+            try:
+                return self._loaded(*compiled[index], device)()
+            except Exception as err:  # noqa: BLE001 - a candidate that fails to run
+                return err
+
+        if devices == 1:
+            return [run(i, 0) for i in range(len(funcs))]
+        with concurrent.futures.ThreadPoolExecutor(devices) as pool:
+            def on_device(device: int) -> list[tuple[int, float | Exception]]:
+                return [(i, run(i, device)) for i in range(device, len(funcs), devices)]
+
+            results = dict(pair for chunk in pool.map(on_device, range(devices))
+                           for pair in chunk)
+        return [results[i] for i in range(len(funcs))]
 
 
 def alternate(timings: Sequence, rounds: int) -> list[list[float]]:

@@ -114,7 +114,8 @@ def search_task(task, target, scheduler: ApplyScheduleRules, timer: Timer, work_
     started = time.perf_counter()
     try:
         while (candidates := strategy.generate_measure_candidates()) is not None:
-            results = [_time(timer, c) for c in candidates]
+            results = [_result(r) for r in timer.time_many([c.sch.mod["main"]
+                                                            for c in candidates])]
             strategy.notify_runner_results(candidates, results)
             model.update(context, candidates, results)
             for candidate, result in zip(candidates, results):
@@ -131,14 +132,13 @@ def search_task(task, target, scheduler: ApplyScheduleRules, timer: Timer, work_
     return sorted(ran, key=lambda c: c.seconds)  # stable: in order of timing among equals
 
 
-def _time(timer: Timer, candidate) -> ms.runner.RunnerResult:
-    try:
-        return ms.runner.RunnerResult(run_secs=[timer(candidate.sch.mod["main"])],
-                                      error_msg=None)
-    except Exception as err:  # noqa: BLE001 - a candidate that fails is a failed trial
-        message = str(err).strip().splitlines()[-1][:200] if str(err).strip() else repr(err)
-        log.debug("candidate failed: %s", message)
-        return ms.runner.RunnerResult(run_secs=None, error_msg=message)
+def _result(timed: float | Exception) -> ms.runner.RunnerResult:
+    if not isinstance(timed, Exception):
+        return ms.runner.RunnerResult(run_secs=[timed], error_msg=None)
+    # a candidate that fails to build or run is a failed trial
+    message = str(timed).strip().splitlines()[-1][:200] if str(timed).strip() else repr(timed)
+    log.debug("candidate failed: %s", message)
+    return ms.runner.RunnerResult(run_secs=None, error_msg=message)
 
 
 @dataclass
