@@ -371,9 +371,13 @@ def _search(todo, target, scheduler: ApplyScheduleRules, staging: Path, job, exi
                             _minutes(budget_s), plan.name, len(todo) - index - 1)
                 break
             trials = plan.trials
-            if budget_s is not None:  # what is left of the budget, in whole rounds
+            if budget_s is not None:
+                # what is left of the budget, in whole rounds, shared by the tasks left in
+                # proportion to their planned trials
                 affordable = int((budget_s - elapsed) / per_trial) // trials_per_iter
-                trials = max(trials_per_iter, min(trials, affordable * trials_per_iter))
+                share = trials / sum(p.trials for _, p in todo[index:])
+                trials = max(trials_per_iter,
+                             min(trials, int(affordable * share) * trials_per_iter))
             bar.set_postfix_str(plan.name[:40])
             task_start = time.perf_counter()
             candidates = search_task(task, target, scheduler, timer,
