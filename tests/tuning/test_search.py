@@ -12,6 +12,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from tvmfuse import api, names, strategy
 from tvmfuse.schedules.cpu import Dense, _blocked
+from tvmfuse.tuning import database as tuning_db
 from tvmfuse.tuning.measure import Timer, as_built
 from tvmfuse.tuning.search import design_space
 from tvmfuse.verify import verify
@@ -108,6 +109,8 @@ def test_a_search_finds_a_faster_tile_than_a_poor_default_and_the_build_applies_
     verify(api.load(api.build(compiled, tmp_path / "out")), model)
     # the candidates the search timed are kept beside the database, never applied
     assert list((database / "logs").glob("*/database_tuning_record.json"))
+    origins = tuning_db.stats(tuning_db.read(database))["origins"]
+    assert origins[f"space:{Dense.name}@{Dense.version}"] == 1 and origins["seed:cpu.dense"] == 1
 
 
 def test_a_record_of_an_older_rule_version_is_not_applied(tmp_path, monkeypatch, caplog):
