@@ -53,7 +53,7 @@ ENGINES = {
 #: The GPU's headline rows in README.md (fp16, every batch measured).
 HEADLINE_GPU = ("resnet50", "bert-base")
 #: Engines that are tvmfuse itself (the ablation without fusion is no peer).
-OURS = ("tvmfuse", "tvmfuse-unfused")
+OURS = ("tvmfuse", "tvmfuse-unfused", "tvmfuse-untuned")
 INTRO = """
 Where tvmfuse stands today on each machine kind it was measured on. This file is written by
 `python benchmarks/report.py` from `benchmarks/results/<machine-kind>/*.json`, the latest run of
@@ -212,6 +212,8 @@ def cpu_section(kind: str, files: dict[str, dict]) -> list[str]:
     for name, data in sorted(files.items()):
         if "model_s_by_trials" in data:
             out += tuning_table(kind, data)
+        if "tune_gain" in data:
+            out += tune_gain_table(kind, data)
         if "tvmfuse_in_place_ms" in data:
             out += per_layer_table(kind, data)
         if "inspect" in data:
@@ -296,12 +298,39 @@ def sweep_table(kind: str, data: dict) -> list[str]:
 def tuning_table(kind: str, data: dict) -> list[str]:
     rows = []
     for mode, curve in data["model_s_by_trials"].items():
-        rows.append([mode, ms(curve[0] * 1e3), ms(curve[-1] * 1e3),
-                     str(data["reaches_90pct_of_final_at"].get(mode, "-"))])
+        reach = next(n for n, seconds in enumerate(curve) if seconds <= curve[-1] / 0.9)
+        rows.append([mode, ms(curve[0] * 1e3), ms(curve[-1] * 1e3), str(reach)])
     out = [f"**Tuning curve** ({data['model']}, the top {len(data['kernels'])} kernels, "
-           f"{data['trials_per_kernel']} trials each; model time as the kernels are tuned):", ""]
+           f"{data['trials_per_kernel']} trials each; the sum of the kernels' times x launches "
+           f"as the kernels are searched, each at its best candidate or its seed; `tvmfuse`: the "
+           f"rules' design spaces, `generic` or `scratch`: MetaSchedule's generic space):", ""]
     out += table(["start", "model ms at trial 0", f"at trial {data['trials_per_kernel']}",
                   "reaches 90% of final at trial"], rows)
+    return out + [""] + provenance(kind, [data])
+
+
+def tune_gain_table(kind: str, data: dict) -> list[str]:
+    """`benchmarks/tune_gain.py`: each model tuned within a budget, then benched beside its
+    untuned build and ONNX Runtime."""
+    rows = []
+    for run in data["tune_gain"]:
+        kernels = run["kernels"]
+        recorded = sum(k["recorded"] for k in kernels)
+        by = engines(run.get("bench", {}))
+        tuned, untuned = by.get("tvmfuse", {}), by.get("tvmfuse-untuned", {})
+        ort = by.get("onnxruntime", {})
+        rows.append([run["model"], f"{run['tune_s'] / 60:.0f} min",
+                     f"{recorded} of {len(kernels)}",
+                     ms(untuned.get("median_ms")), ms(tuned.get("median_ms")),
+                     ratio(tuned.get("median_ms"), untuned.get("median_ms"), 0.9),
+                     ms(ort.get("median_ms")),
+                     ratio(tuned.get("median_ms"), ort.get("median_ms"), 0.8)])
+    out = ["**What tuning gains** (`tvmfuse tune` of the rules' design spaces within a budget, "
+           "into a fresh database; then `tvmfuse bench` of the tuned and untuned builds beside "
+           "ONNX Runtime, fp32, batch 1, medians; a searched kernel is recorded only where it beat "
+           "its schedule by more than the spread when both were timed again, alternately):", ""]
+    out += table(["model", "tuning", "searched kernels recorded", "untuned ms", "tuned ms",
+                  "tuned / untuned", "ONNX Runtime ms", "tuned / ONNX Runtime"], rows)
     return out + [""] + provenance(kind, [data])
 
 

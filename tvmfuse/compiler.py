@@ -61,7 +61,7 @@ class Analysis:
     def tuned(self) -> set[str]:
         """Kernels whose schedule came from the tuning database (searched or seeded)."""
         return {kernel for kernel, impl in self.implementations.items()
-                if impl == strategy.TUNED or impl.startswith(f"{strategy.DATABASE_SEED}:")}
+                if impl.startswith((strategy.TUNED, f"{strategy.DATABASE_SEED}:"))}
 
     @property
     def untuned(self) -> list[str]:

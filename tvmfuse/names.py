@@ -21,6 +21,15 @@ LAYOUT_FREE_BUFFERS = "layout_free_buffers"
 #: TVM's block annotation of a weight-packing block, for Relax's SplitLayoutRewritePreproc
 #: (MetaSchedule's RewriteLayout writes the same).
 LAYOUT_REWRITE_PREPROC = "meta_schedule.layout_rewrite_preproc"
+#: Block annotation of a weight-packing block in a schedule of a tvmfuse design space (a tuning
+#: candidate): the build renames it LAYOUT_REWRITE_PREPROC when it applies the record. Under
+#: TVM's name, MetaSchedule's candidate arguments (``ArgInfo.FromEntryFunc``) would remove the
+#: block, which it can only do for a plain copy, not for a weight padded to whole tiles.
+PREPACK = "tvmfuse.prepack"
+#: Root-block annotation of a schedule from a tvmfuse design space: ``<rule>@<version>``. A
+#: record whose rule has changed version since is not applied (its trace would replay the old
+#: rule's decisions on the new rule's loops).
+SPACE = "tvmfuse.space"
 #: TVM's PrimFunc attribute: the fusion pattern kind (``OpPatternKind``) FuseOps reads.
 OP_PATTERN = "op_pattern"
 #: ``op_pattern`` values of TVM's OpPatternKind.

@@ -72,6 +72,17 @@ class Remote:
                 f"`python -m tvm.exec.rpc_server --tracker {self.host}:{self.port} --key "
                 f"{self.key}`")
 
+    def free_devices(self) -> int:
+        """How many devices of this key the tracker can lend now (0 where it knows none)."""
+        from tvm import rpc  # noqa: PLC0415
+
+        self.check_reachable()
+        try:
+            queue = rpc.connect_tracker(self.host, self.port).summary().get("queue_info", {})
+        except Exception:  # noqa: BLE001 - the session request names the problem
+            return 0
+        return int(queue.get(self.key, {}).get("free", 0))
+
     def session(self):
         """A session with a device of this key, or a TvmfuseError saying what to start."""
         from tvm import rpc  # noqa: PLC0415 - `tvmfuse run` stays light until it connects

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad  # a BufferLoad (tirx.BufferLoad is a constructor)
 
-from tvmfuse.names import LAYOUT_FREE_BUFFERS, LAYOUT_REWRITE_PREPROC, PART_TAIL
+from tvmfuse.names import LAYOUT_FREE_BUFFERS, LAYOUT_REWRITE_PREPROC, PART_TAIL, PREPACK
 
 from ..tir_util import (
     inline_into_consumers,
@@ -70,15 +70,46 @@ def anchor_of(sch: s_tir.Schedule):
 ROWS_OUTER_TILES = 4
 
 
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """One point of the blocked schedule's design space: the register ``tile``, the columns
+    padded to whole tiles (``pad_columns``: the weights packed padded, the output cropped), and
+    for a rule that may split rows across the threads (``rows_outer``), whether it does (None:
+    the rule's default, see ROWS_OUTER_TILES)."""
+
+    tile: Tile
+    pad_columns: bool = False
+    rows_outer: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """What the choice of a tile depends on: the anchor's output ``rows`` (merged rows counted
+    whole; None where symbolic) and ``cols``, its reduction ``depth``, the ``merged`` row axes
+    (:func:`_row_axes`), whether it is a ``pointwise`` (1x1) conv, the ``vector`` unit (its lanes
+    within a group, :func:`_within_groups`) and whether its weights may be padded."""
+
+    rows: int | None
+    cols: int
+    depth: int | None
+    merged: range | None
+    pointwise: bool
+    vector: Vector
+    pads_weights: bool
+
+
 def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str], bool], *,
                      inline_large_padding: bool = False, tall: bool = False,
-                     rows_outer: bool = False):
+                     rows_outer: bool = False, choice: Choice | None = None,
+                     space: bool = False):
     """Schedule ``func`` as a register-blocked reduction, or return None when it is not one
     or its anchor block is not one the caller ``claims`` (by block name).
 
     ``inline_large_padding`` reads through a padding more than twice the output's size instead
     of copying it (see the module docstring; it pays only where the input is read as vectors).
     ``rows_outer``: the threads split the rows, not the column tiles (see :func:`block_anchor`).
+    ``choice`` forces a point of the design space (:func:`choices`), ``space`` samples the
+    unrolling of the reduction (see :func:`block_anchor`).
     """
     sch = s_tir.Schedule(func)
     anchor = anchor_of(sch)
@@ -87,25 +118,32 @@ def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str]
     blocks = root_blocks(sch)
     if block_anchor(sch, anchor, vector, epilogue=blocks[_position(sch, anchor) + 1:],
                     inline_large_padding=inline_large_padding, tall=tall,
-                    rows_outer=rows_outer) is None:
+                    rows_outer=rows_outer, choice=choice, space=space) is None:
         return None
     return sch
 
 
-def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
-                 written: tuple = (), inline_large_padding: bool = False,
-                 tall: bool = False, rows_outer: bool = False):
-    """Register-block the reduction ``anchor`` of ``sch`` in place; returns the parallel loop
-    its tiles run under, or None (``sch`` untouched) when it does not fit.
+def blocked_space(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str], bool],
+                  **options) -> list[s_tir.Schedule]:
+    """The design space of :func:`register_blocked` over ``func`` (same ``options``): one
+    schedule per :func:`choices` point, each with the sampled unrolling of its reduction, the
+    untuned schedule's choice first; [] where the blocked schedule does not take ``func``."""
+    sch = s_tir.Schedule(func)
+    anchor = anchor_of(sch)
+    if anchor is None or not claims(sch.get(anchor).name_hint):
+        return []
+    geo = geometry(sch, anchor, vector)
+    if geo is None:
+        return []
+    points = choices(geo, options.get("tall", False), options.get("rows_outer", False))
+    space = [register_blocked(func, vector, claims, space=True, **options)]
+    space += [register_blocked(func, vector, claims, choice=choice, space=True, **options)
+              for choice in points[1:]]
+    return [s for s in space if s is not None]
 
-    The blocks before it are its producers; of ``epilogue``, the blocks after it, those that can
-    be are inlined and the others are written from the tile, as are the ``written`` blocks (an
-    intermediate that later blocks of the kernel read, which inlining would compute again).
 
-    ``rows_outer`` puts the row tiles outside the column tiles in the parallel loop where the
-    columns are at most ROWS_OUTER_TILES tiles, for a kernel whose weights are not reused across
-    rows (a depthwise conv); see ROWS_OUTER_TILES.
-    """
+def geometry(sch: s_tir.Schedule, anchor, vector: Vector) -> Geometry | None:
+    """The anchor's :class:`Geometry`, or None where the blocked schedule does not fit it."""
     if not loops_match_iters(sch, anchor):
         return None
     block = sch.get(anchor)
@@ -127,6 +165,14 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     depth = math.prod(static_extent(sch, loop) or 0 for loop in reduce) or None
     # a pointwise conv: no reduction over the map, only over the input channels
     pointwise = len(reduce) > 1 and all(static_extent(sch, loop) == 1 for loop in reduce[:-1])
+    return Geometry(rows, cols, depth, merged, pointwise, vector, _pads_weights(sch, anchor))
+
+
+def default_choice(geo: Geometry, tall: bool = False) -> tuple[Choice, Tile | None] | None:
+    """The tile the rule takes untuned, by :func:`._tiles.tile_score`, and the unpadded tile to
+    fall back on where padding the columns turns out impossible; None where no tile fits."""
+    rows, cols, vector, depth, merged = geo.rows, geo.cols, geo.vector, geo.depth, geo.merged
+    pointwise = geo.pointwise
     tile = choose_tile(rows, cols, vector, tall=tall, depth=depth)
     undivided = merged is not None and tile is not None and rows % tile.rows != 0
     if undivided:
@@ -151,11 +197,92 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     better = padded is not None and (tile is None or (
         tile_score(padded, rows, cols, vector, tall, depth)
         > tile_score(tile, rows, cols, vector, tall, depth)))
-    if better and _pads_weights(sch, anchor):
-        if _pad(sch, anchor, padded, columns=True,
-                rows=_row_multiple(rows, padded, merged)):
-            tile = padded
-    elif tile is not None:
+    if better and geo.pads_weights:
+        return Choice(padded, pad_columns=True), tile
+    return (Choice(tile), tile) if tile is not None else None
+
+
+#: The most register tiles a blocked kernel's design space holds beside its default: the best
+#: by :func:`._tiles.tile_score` (with the spilled panel's penalty, without the CPU-kind tables).
+SPACE_TILES = 7
+
+
+def choices(geo: Geometry, tall: bool = False, rows_outer: bool = False) -> list[Choice]:
+    """The design space of the blocked schedule over ``geo``: the default choice first, then
+    the SPACE_TILES register tiles of the best score that fit the register file (columns
+    padded to whole tiles too, where the weights may be), and, for a rule that may split rows
+    across the threads (``rows_outer``), each order of the threads' loops."""
+    found = default_choice(geo, tall)
+    if found is None:
+        return []
+    default, _ = found
+    vector, registers = geo.vector, geo.vector.registers
+    others = []
+    for pad in (False, True) if geo.pads_weights else (False,):
+        lanes = vector.lanes if pad else lanes_for(geo.cols, vector.lanes)
+        if min(lanes, geo.cols) < min(4, vector.lanes) or (not pad and geo.cols % lanes):
+            continue
+        for blocks in range(1, 9):
+            if (not pad and (geo.cols // lanes) % blocks
+                    or pad and geo.cols % (blocks * lanes) == 0):
+                continue  # unpadded, the tile must divide the columns; padded, it does not
+            for rows in range(1, registers):
+                if rows * blocks + blocks + 1 > registers or (geo.rows and rows > geo.rows):
+                    break
+                if rows * blocks * 4 < registers:
+                    continue  # too few accumulators to hide the FMA latency
+                others.append(Choice(Tile(rows, blocks, lanes), pad_columns=pad))
+    others.sort(key=lambda c: -tile_score(c.tile, geo.rows, geo.cols, vector, tall, geo.depth))
+    space = [default] + [c for c in others if c.tile != default.tile][:SPACE_TILES]
+    if rows_outer:
+        space += [dataclasses.replace(c, rows_outer=order) for c in space[:1]
+                  for order in (True, False)]
+    return space
+
+
+def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
+                 written: tuple = (), inline_large_padding: bool = False,
+                 tall: bool = False, rows_outer: bool = False, choice: Choice | None = None,
+                 space: bool = False):
+    """Register-block the reduction ``anchor`` of ``sch`` in place; returns the parallel loop
+    its tiles run under, or None (``sch`` untouched) when it does not fit.
+
+    The blocks before it are its producers; of ``epilogue``, the blocks after it, those that can
+    be are inlined and the others are written from the tile, as are the ``written`` blocks (an
+    intermediate that later blocks of the kernel read, which inlining would compute again).
+
+    ``rows_outer`` puts the row tiles outside the column tiles in the parallel loop where the
+    columns are at most ROWS_OUTER_TILES tiles, for a kernel whose weights are not reused across
+    rows (a depthwise conv); see ROWS_OUTER_TILES.
+
+    ``choice`` forces the tile (a point of :func:`choices`; None where it does not apply);
+    without it the tile is :func:`default_choice`'s. ``space`` makes the schedule a point of a
+    design space for the search (``tvmfuse tune``): the innermost reduction loop is split by a
+    sampled factor and its inner part unrolled (on a conv, the input channels are blocked around
+    the kernel window by another), and weight packing is annotated PREPACK; the sampled
+    decisions' defaults leave the loops as the untuned schedule has them.
+    """
+    geo = geometry(sch, anchor, vector)
+    if geo is None:
+        return None
+    rows, cols, vector, merged = geo.rows, geo.cols, geo.vector, geo.merged
+    if choice is None:
+        found = default_choice(geo, tall)
+        if found is None:
+            return None
+        (chosen, fallback), forced = found, False
+    else:
+        chosen, fallback, forced = choice, None, True
+        if choice.pad_columns and not geo.pads_weights:
+            return None
+    tile = chosen.tile if not chosen.pad_columns else fallback
+    if chosen.pad_columns:
+        if _pad(sch, anchor, chosen.tile, columns=True,
+                rows=_row_multiple(rows, chosen.tile, merged)):
+            tile = chosen.tile
+    else:
+        if forced and (cols % tile.lanes or (cols // tile.lanes) % tile.blocks):
+            return None  # columns that a forced unpadded tile does not divide
         _pad(sch, anchor, tile, rows=_row_multiple(rows, tile, merged))
     if tile is None:
         return None
@@ -173,9 +300,10 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
 
     blocks = root_blocks(sch)
     position = _position(sch, anchor)
-    pack_panels(sch, anchor, vector_axis[-1], tile.blocks * tile.lanes)
+    pack_panels(sch, anchor, vector_axis[-1], tile.blocks * tile.lanes,
+                key=PREPACK if space else LAYOUT_REWRITE_PREPROC)
     for producer in blocks[:position]:
-        if LAYOUT_REWRITE_PREPROC in sch.get(producer).annotations:
+        if {LAYOUT_REWRITE_PREPROC, PREPACK} & set(sch.get(producer).annotations):
             continue  # a padded weight, packed at build time
         if _is_plain_copy(sch, producer) or (
                 inline_large_padding and _padding_outweighs_output(sch, producer, anchor)):
@@ -194,7 +322,8 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     col_tiles = static_extent(sch, col_outer)
     if len(spatial) > 1:
         row_outer, row_inner = sch.split(spatial[-2], [None, tile.rows])
-        split_rows = rows_outer and static_extent(sch, col_outer) <= ROWS_OUTER_TILES
+        split_rows = (chosen.rows_outer if chosen.rows_outer is not None else
+                      rows_outer and static_extent(sch, col_outer) <= ROWS_OUTER_TILES)
         outer = ([*spatial[:-2], row_outer, col_outer] if split_rows
                  else [col_outer, *spatial[:-2], row_outer])
         inner = [row_inner, col_block, col_lane]
@@ -205,6 +334,8 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
                        if outer[0] is col_outer and (col_tiles or 0) > 1
                        else None)
     sch.reorder(*outer, *reduce, *inner)
+    if space:
+        reduce = _sample_reduction(sch, reduce)
     tiles = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     sch.parallel(tiles)
     for loop in inner[:-1]:
@@ -235,6 +366,34 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         # scalarized every tile's stores: its iterations run apart (tvmfuse.passes.part_tail)
         sch.annotate(tiles, PART_TAIL, (col_tiles - 1) * per_column_tile)
     return tiles
+
+
+#: The largest inner factor the design space unrolls a reduction loop by.
+UNROLL_REDUCTION = 16
+
+
+def _sample_reduction(sch: s_tir.Schedule, reduce: list) -> list:
+    """The design space's decisions over the reduction loops ``reduce`` (outermost first,
+    directly outside the tile's loops): the innermost split by a sampled factor of at most
+    UNROLL_REDUCTION, its inner part unrolled; on a conv (more than one reduction loop), the
+    input channels also blocked outside the kernel window by another sampled factor. The
+    default decisions (no inner part, one block) leave the loops as they were. Returns the
+    reduction loops, outermost first."""
+    extent = static_extent(sch, reduce[-1])
+    if extent is None:
+        return reduce
+    if len(reduce) > 1:
+        factors = sch.sample_perfect_tile(reduce[-1], n=3, max_innermost_factor=UNROLL_REDUCTION,
+                                          decision=[1, extent, 1])
+        block, middle, inner = sch.split(reduce[-1], factors)
+        sch.reorder(block, *reduce[:-1], middle, inner)
+        loops = [block, *reduce[:-1], middle, inner]
+    else:
+        factors = sch.sample_perfect_tile(reduce[-1], n=2, max_innermost_factor=UNROLL_REDUCTION,
+                                          decision=[extent, 1])
+        loops = list(sch.split(reduce[-1], factors))
+    sch.unroll(loops[-1])
+    return loops
 
 
 def _columns(sch: s_tir.Schedule, block) -> int:
@@ -317,7 +476,8 @@ def _merge_rows(sch: s_tir.Schedule, anchor, run: range) -> None:
                 sch.transform_layout(block, ("write", index), merge)
 
 
-def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
+def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
+                key: str = LAYOUT_REWRITE_PREPROC):
     """Read the anchor's weights in panels of ``panel`` output columns, packed at build time.
 
     A weight ``W[k..., n]`` that the kernel's ``layout_free_buffers`` attribute names (a
@@ -328,6 +488,7 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
     constant (PrepackWeights).
     Then a register tile's weights for one reduction step are one contiguous ``panel`` of floats,
     and consecutive steps are next to each other, where ``W`` has them ``N`` floats apart.
+    ``key`` is the annotation (PREPACK in a design space's schedules).
     Returns the packing block, or None when no weight qualifies.
     """
     weights = _layout_free_weights(sch)
@@ -351,7 +512,7 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int):
             continue
         # a weight padded to whole panels (see _pad) is packed by its padding block
         packing = pads[0] if pads else sch.cache_read(anchor, index, "global")
-        sch.annotate(packing, LAYOUT_REWRITE_PREPROC, True)
+        sch.annotate(packing, key, True)
         sch.transform_layout(anchor, ("read", index),
                              lambda *i: (i[-1] // panel, *i[:-1], i[-1] % panel))
         return packing

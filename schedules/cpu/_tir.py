@@ -19,9 +19,18 @@ class CpuRule(dl.ScheduleRule):
     for ``vector``."""
 
     name: str
+    #: The version of the rule's design space: raised whenever a change to the rule would make
+    #: a record's trace from the earlier version replay differently (a build then ignores it).
+    version: int = 1
 
     def __init__(self, vector: Vector):
         self.vector = vector
+
+    def space(self, func: tirx.PrimFunc, target) -> list[s_tir.Schedule]:
+        """The rule's design space for ``func``: schedules whose sampled decisions and
+        structural choices the search explores, the untuned choice first; [] where the rule has
+        none or does not take ``func`` (the search then takes MetaSchedule's generic space)."""
+        return []
 
 
 def vectorize_inner(sch: s_tir.Schedule, loop, lanes: int):

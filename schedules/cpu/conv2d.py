@@ -7,7 +7,7 @@ lowering (``tvmfuse inspect resnet50 --profile``).
 
 from __future__ import annotations
 
-from ._blocked import register_blocked
+from ._blocked import blocked_space, register_blocked
 from ._tir import CpuRule
 
 
@@ -17,7 +17,10 @@ class Conv2D(CpuRule):
     name = "cpu.conv2d"
 
     def apply(self, func, target, tunable):
-        return register_blocked(func, self.vector, lambda name: name.startswith("conv2d_nhwc"))
+        return register_blocked(func, self.vector, _is_conv)
+
+    def space(self, func, target):
+        return blocked_space(func, self.vector, _is_conv)
 
 
 class DepthwiseConv2D(CpuRule):
@@ -28,7 +31,17 @@ class DepthwiseConv2D(CpuRule):
     name = "cpu.depthwise_conv2d"
 
     def apply(self, func, target, tunable):
-        return register_blocked(
-            func, self.vector,
-            lambda name: name.startswith(("group_conv2d_nhwc", "depthwise_conv2d_nhwc")),
-            inline_large_padding=True, rows_outer=True)
+        return register_blocked(func, self.vector, _is_depthwise, inline_large_padding=True,
+                                rows_outer=True)
+
+    def space(self, func, target):
+        return blocked_space(func, self.vector, _is_depthwise, inline_large_padding=True,
+                             rows_outer=True)
+
+
+def _is_conv(name: str) -> bool:
+    return name.startswith("conv2d_nhwc")
+
+
+def _is_depthwise(name: str) -> bool:
+    return name.startswith(("group_conv2d_nhwc", "depthwise_conv2d_nhwc"))

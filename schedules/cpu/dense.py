@@ -20,7 +20,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 
 from ..tir_util import inline_into_consumers, is_reduction, root_blocks
-from ._blocked import block_anchor, register_blocked
+from ._blocked import Choice, block_anchor, blocked_space, choices, geometry, register_blocked
 from ._tiles import choose_tile
 from ._tir import CpuRule, Vector
 from .reduction import lane_partials, vectorize_rows
@@ -32,8 +32,10 @@ class Dense(CpuRule):
     name = "cpu.dense"
 
     def apply(self, func, target, tunable):
-        return register_blocked(func, self.vector, lambda name: name.startswith(_ANCHORS),
-                                tall=True)
+        return register_blocked(func, self.vector, _is_gemm, tall=True)
+
+    def space(self, func, target):
+        return blocked_space(func, self.vector, _is_gemm, tall=True)
 
 
 class DenseRowNorm(CpuRule):
@@ -42,6 +44,24 @@ class DenseRowNorm(CpuRule):
     name = "cpu.dense_row_norm"
 
     def apply(self, func, target, tunable):
+        return self._schedule(func)
+
+    def space(self, func, target):
+        prepared = self._prepare(func)
+        if prepared is None:
+            return []
+        sch, anchor, _, _ = prepared
+        geo = geometry(sch, anchor, self.vector)
+        if geo is None:
+            return []
+        found = [self._schedule(func, space=True)]
+        found += [self._schedule(func, choice=c, space=True) for c in choices(geo, tall=True)[1:]]
+        return [s for s in found if s is not None]
+
+    def _prepare(self, func):
+        """The schedule with the GEMM's elementwise epilogue inlined but its last block, and
+        the GEMM's block, that epilogue block and the normalization's blocks; None where the
+        kernel is not such a GEMM."""
         sch = s_tir.Schedule(func)
         blocks = root_blocks(sch)
         reductions = [i for i, b in enumerate(blocks) if is_reduction(sch, b)]
@@ -61,10 +81,19 @@ class DenseRowNorm(CpuRule):
             # rows on at 64 columns in AVX2 or SSE; and 7 s builds became 90-230 s)
             return None
         inline_into_consumers(sch, epilogue[:-1])
+        return sch, blocks[anchor], epilogue[-1], tail
+
+    def _schedule(self, func, choice: Choice | None = None, space: bool = False):
+        """The rule's schedule of ``func`` (``choice`` and ``space`` as :func:`block_anchor`
+        takes them), or None."""
+        prepared = self._prepare(func)
+        if prepared is None:
+            return None
+        sch, anchor, written, tail = prepared
         # the GEMM in its tiles, split across the threads by column tiles as cpu.dense splits
         # it, writing the sum the normalization reads; then the rows normalized in parallel
-        if block_anchor(sch, blocks[anchor], self.vector, epilogue=[], written=(epilogue[-1],),
-                        tall=True) is None:
+        if block_anchor(sch, anchor, self.vector, epilogue=[], written=(written,), tall=True,
+                        choice=choice, space=space) is None:
             return None
         # each row normalized as RowReduction normalizes a row: the reductions' partial results
         # in vectors, their lanes folded in vectors (whole_vectors)
@@ -81,6 +110,10 @@ class DenseRowNorm(CpuRule):
         sch.parallel(rows)
         vectorize_rows(sch, tail, partials, self.vector.lanes)
         return sch
+
+
+def _is_gemm(name: str) -> bool:
+    return name.startswith(_ANCHORS)
 
 
 def _one_column_tile(cols, vector: Vector) -> bool:

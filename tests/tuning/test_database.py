@@ -9,7 +9,6 @@ import pytest
 
 from tests.conftest import run_cli
 from tvmfuse import api
-from tvmfuse.passes import ApplyScheduleRules
 from tvmfuse.tuning import database
 
 from conftest import HOST
@@ -95,35 +94,40 @@ def test_a_build_skips_other_targets_records(tmp_path, caplog):
 
 
 def test_an_interrupted_tuning_job_keeps_its_records(monkeypatch, tmp_path):
-    """Ctrl-C during MetaSchedule: what the search measured is merged into the database."""
+    """Ctrl-C during a search: every kernel's seed goes into the database (the searched one's
+    as first timed: its verification never ran), what the search timed is kept in the
+    database's ``logs/`` folder, and the job's private folder is gone."""
     import importlib
 
     from tvm import s_tir
     from tvm.s_tir import meta_schedule as ms
 
+    from tvmfuse import strategy
+
     tune_module = importlib.import_module("tvmfuse.tuning.tune")  # the package exports tune()
     target = api.get_target(HOST).tvm_target()
-    searched = []
 
-    def interrupted(*, database, **_):  # one candidate measured, then Ctrl-C
-        workload = searched[-1].dispatched[0]
-        database.commit_tuning_record(ms.database.TuningRecord(
-            s_tir.Schedule(workload).trace, database.commit_workload(workload), [0.004], target,
+    def interrupted(task, _target, _scheduler, _timer, work_dir, *_, **__):
+        work_dir.mkdir(parents=True)
+        db = ms.database.JSONDatabase(work_dir=str(work_dir))  # one candidate timed, then ^C
+        workload = task.dispatched[0]
+        db.commit_tuning_record(ms.database.TuningRecord(
+            s_tir.Schedule(workload).trace, db.commit_workload(workload), [0.004], target,
             ms.arg_info.ArgInfo.from_prim_func(workload["main"])))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ms, "tune_tasks", interrupted)
-    # no design space is needed: the search is replaced (building one imports the tensor
-    # intrinsics, 20 s here)
-    monkeypatch.setattr(tune_module, "_tune_context", lambda task, _trials: searched.append(task))
+    monkeypatch.setattr(tune_module, "search_task", interrupted)
     db_dir = tmp_path / "db"
+    host = api.get_target(HOST)
     model = api.import_model("tiny-resnet")
-    mod, _ = api.analyze(model, api.get_target(HOST), api.BuildOptions(use_database=False))
+    mod, _ = api.analyze(model, host, api.BuildOptions(use_database=False))
     with target, pytest.raises(KeyboardInterrupt):
-        tune_module.tune(mod, target, db_dir, trials=1, scheduler=ApplyScheduleRules([]),
-                         progress=False)
-    (record,) = database.read(db_dir).records  # no seeds: the scheduler has no rules
-    assert record[1][1] == [0.004]
+        tune_module.tune(mod, target, db_dir, trials=1, scheduler=strategy.scheduler(host),
+                         tir_pipeline=strategy.for_target(host).tir_pipeline(), progress=False)
+    records = database.read(db_dir).records
+    assert len(records) == 6 and all(r[1][1] != [0.004] for r in records)  # the seeds
+    (kept,) = (db_dir / tune_module.CANDIDATES).glob("*/database_tuning_record.json")
+    assert database.read(kept.parent).records[0][1][1] == [0.004]
     assert not list(db_dir.glob(".tune-*"))  # the job's private folder is gone
 
 

@@ -114,6 +114,9 @@ def _print(action: str, result: dict) -> None:
           f"workloads with a working record")
     for target, n in result["targets"].items():
         print(f"  target {target}: {n} record(s)")
+    if result["origins"]:
+        print("  records by origin: " + ", ".join(
+            f"{origin} {n}" for origin, n in sorted(result["origins"].items())))
     if result["foreign_records"]:
         print(f"  {result['foreign_records']} record(s) for another target")
     for problem in result["problems"]:

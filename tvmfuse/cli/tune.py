@@ -25,14 +25,19 @@ from .common import (
 
 log = logging.getLogger(__name__)
 
+#: Searched candidates without --trials: 64, or with --budget as many as it allows (the plan
+#: gives them to the kernels in proportion to their time; the budget stops the search).
+DEFAULT_TRIALS, BUDGET_TRIALS = 64, 100_000
+
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("tune", help="tune the fused kernels into a tuning database",
                             description=__doc__)
     add_model_arguments(parser)
-    parser.add_argument("--trials", type=nonnegative_int, default=64, metavar="N",
-                        help="searched candidates in all, over the searched tasks (default 64; "
-                             "0: seed every kernel with its hand-written schedule only)")
+    parser.add_argument("--trials", type=nonnegative_int, metavar="N",
+                        help="searched candidates in all, over the searched tasks (default 64, "
+                             "or as many as --budget allows when it is given; 0: seed every "
+                             "kernel with its hand-written schedule only)")
     parser.add_argument("--top-k", type=positive_int, metavar="K",
                         help="search only the K kernels that take the most time")
     parser.add_argument("--budget", type=_duration, metavar="TIME",
@@ -45,6 +50,9 @@ def add_parser(sub) -> None:
     add_rpc_argument(parser, "measure (candidates are linked here)")
     parser.add_argument("--retune", action="store_true",
                         help="search again for tasks the database already holds")
+    parser.add_argument("--no-compare", dest="compare", action="store_false",
+                        help="after a search, do not time the model built without and with the "
+                             "database (two builds and 20 interleaved runs each)")
     parser.set_defaults(handler=handle)
 
 
@@ -64,9 +72,19 @@ def handle(args: argparse.Namespace) -> int:
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     target = api.get_target(args.target)
     model = api.import_model(args.model, **import_arguments(args))
-    database, _ = api.tune(model, target, options, trials=args.trials,
+    trials = args.trials
+    if trials is None:
+        trials = DEFAULT_TRIALS if args.budget is None else BUDGET_TRIALS
+    database, _ = api.tune(model, target, options, trials=trials,
                            trials_per_iter=args.trials_per_iter, top_k=args.top_k,
                            budget_s=args.budget, retune=args.retune, rpc=args.rpc)
+    if args.compare and trials and target.why_not_runnable() is None and args.rpc is None:
+        from ..tuning.tune import compare  # noqa: PLC0415
+
+        times = compare(model, target, options, database)
+        log.info("model latency (median of %d interleaved runs): %.2f ms without the database, "
+                 "%.2f ms with it (%+.1f%%)", times.repeat, times.untuned_ms, times.tuned_ms,
+                 -100 * times.gain)
     log.info("build with it: tvmfuse build %s --target %s --db %s -o DIR", args.model,
              target.name, database)
     return 0

@@ -19,6 +19,7 @@ from tvm import relax, tirx
 
 from .. import names
 from ..tuning import database as tuning_db
+from ..tuning.measure import with_prepack_blocks
 from .apply_schedule_rules import ApplyScheduleRules
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,14 @@ class ApplyDatabase:
                 applied = relax.transform.MetaScheduleApplyDatabase(scratch)(mod)
         target = tvm.target.Target.current()
         for gvar, func in list(applied.functions.items()):
-            rule = seed_rule(func) if isinstance(func, tirx.PrimFunc) else None
-            if rule is None or gvar not in mod:
+            if not isinstance(func, tirx.PrimFunc) or gvar not in mod:
+                continue
+            space = root_annotation(func, names.SPACE)
+            if space is not None:
+                applied[gvar] = self._searched(func, mod[gvar], target, space, gvar.name_hint)
+                continue
+            rule = seed_rule(func)
+            if rule is None:
                 continue
             sch = hand_written(mod[gvar], target, self.scheduler, gvar.name_hint)
             if sch is None or seed_rule(sch.mod["main"]) != rule:
@@ -53,6 +60,29 @@ class ApplyDatabase:
                 fresh = fresh.with_attr(key, value)
             applied[gvar] = fresh
         return applied
+
+
+    def _searched(self, func: tirx.PrimFunc, unscheduled: tirx.PrimFunc, target, space: str,
+                  kernel: str) -> tirx.PrimFunc:
+        """A record from a rule's design space: applied with its packing blocks named for
+        PrepackWeights, where the rule is still at the record's version; else the rule's
+        schedule as it is now (the old trace's decisions would be replayed on the new rule's
+        loops)."""
+        name, _, version = space.rpartition("@")
+        rule = next((r for r in (*self.scheduler.rules, *self.scheduler.small_reduction_rules)
+                     if getattr(r, "name", None) == name), None)
+        if rule is not None and str(getattr(rule, "version", "")) == version:
+            return with_prepack_blocks(func)
+        log.warning("%s: its tuning record is from %s, which is now %s; scheduled by the rule "
+                    "instead (tune it again)", kernel, space,
+                    f"version {rule.version}" if rule is not None else "gone")
+        sch = hand_written(unscheduled, target, self.scheduler, kernel)
+        if sch is None:
+            return func
+        fresh = sch.mod["main"]
+        for key, value in func.attrs.items():
+            fresh = fresh.with_attr(key, value)
+        return fresh
 
 
 def _without_broken_records(folder: Path, scratch: Path) -> bool:
@@ -87,7 +117,12 @@ def hand_written(func: tirx.PrimFunc, target, scheduler: ApplyScheduleRules,
 def seed_rule(func: tirx.PrimFunc) -> str | None:
     """The hand-written rule a database record's schedule came from (``tvmfuse tune`` seeds
     annotate the root block with it), or None for a searched schedule."""
+    return root_annotation(func, names.SCHEDULE)
+
+
+def root_annotation(func: tirx.PrimFunc, key: str) -> str | None:
+    """The value of the root block's annotation ``key``, or None."""
     block = getattr(func.body, "block", None)
     annotations = getattr(block, "annotations", None) or {}
-    value = annotations.get(names.SCHEDULE)
+    value = annotations.get(key)
     return None if value is None else str(value)

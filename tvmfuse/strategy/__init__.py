@@ -23,7 +23,7 @@ from tvm import tirx
 
 from .. import names
 from ..passes import ApplyScheduleRules
-from ..passes.apply_database import seed_rule
+from ..passes.apply_database import root_annotation, seed_rule
 from ..targets import TargetSpec
 from .base import Strategy
 from .cpu import CpuStrategy
@@ -31,7 +31,8 @@ from .cuda import CudaStrategy
 
 #: What a kernel that no rule scheduled and no record covered runs with: TVM's plain lowering.
 DEFAULT = "default"
-#: What a kernel scheduled by a searched tuning database record runs with.
+#: What a kernel scheduled by a searched tuning database record runs with: ``tuned`` (a record
+#: of MetaSchedule's generic space) or ``tuned:<rule>@<version>`` (of a rule's design space).
 TUNED = "tuned"
 #: Prefix of a kernel whose database record is a measured hand-written seed ("seed:cpu.conv2d").
 DATABASE_SEED = "seed"
@@ -48,9 +49,10 @@ def scheduler(target: TargetSpec) -> ApplyScheduleRules:
 
 
 def implementations(mod: tvm.IRModule) -> dict[str, str]:
-    """Kernel name -> the implementation it was built with: ``tuned`` (a searched database
-    record), ``seed:<rule>`` (a database record that is a measured hand-written seed), a
-    hand-written rule's name (``cpu.conv2d``), a dlight rule (``dlight.Matmul``) or ``default``."""
+    """Kernel name -> the implementation it was built with: ``tuned`` or
+    ``tuned:<rule>@<version>`` (a searched database record, see TUNED), ``seed:<rule>`` (a
+    database record that is a measured hand-written seed), a hand-written rule's name
+    (``cpu.conv2d``), a dlight rule (``dlight.Matmul``) or ``default``."""
     found = {}
     for gvar, func in mod.functions.items():
         if not isinstance(func, tirx.PrimFunc):
@@ -59,8 +61,9 @@ def implementations(mod: tvm.IRModule) -> dict[str, str]:
         if names.SCHEDULE in attrs:
             found[gvar.name_hint] = str(attrs[names.SCHEDULE])
         elif attrs.get(names.IS_SCHEDULED, False):
-            seed = seed_rule(func)
-            found[gvar.name_hint] = TUNED if seed is None else f"{DATABASE_SEED}:{seed}"
+            seed, space = seed_rule(func), root_annotation(func, names.SPACE)
+            found[gvar.name_hint] = (f"{DATABASE_SEED}:{seed}" if seed is not None else
+                                     f"{TUNED}:{space}" if space is not None else TUNED)
         else:
             found[gvar.name_hint] = DEFAULT
     return found

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import names
 from ..errors import TvmfuseError, one_line
 
 log = logging.getLogger(__name__)
@@ -544,12 +545,33 @@ def stats(db: Database, target: dict | None = None) -> dict:
         "failed_records": sum(db.failed(r) for r in db.records),
         "workloads_with_a_working_record": len(best),
         "targets": dict(targets),
+        "origins": dict(collections.Counter(origin(r) for r in db.records)),
         "foreign_records": foreign,
         "problems": [str(p) for p in db.problems],
         "leftover_jobs": [job.name for job in leftover_jobs(db.folder)],
         "quarantined_lines": quarantined(db.folder),
         "best_ms": {str(i): round(s * 1e3, 4) for i, s in sorted(best.items())},
     }
+
+
+def origin(record: list) -> str:
+    """Where a record's schedule came from, by the annotations of its trace: ``seed:<rule>`` (a
+    hand-written seed), ``space:<rule>@<version>`` (a rule's design space) or ``generic``
+    (MetaSchedule's generic space)."""
+    found = {}
+    try:
+        # the trace's instructions, [kind, inputs, attrs, outputs]; an annotation's key is its
+        # attribute, its value the second input (a JSON string, quoted)
+        for kind, inputs, attrs, _ in record[1][0][0]:
+            if kind == "Annotate" and attrs and attrs[0] in (names.SCHEDULE, names.SPACE):
+                found[attrs[0]] = str(inputs[1]).strip('"')
+    except (TypeError, ValueError, IndexError):
+        return "unknown"
+    if names.SCHEDULE in found:
+        return f"seed:{found[names.SCHEDULE]}"
+    if names.SPACE in found:
+        return f"space:{found[names.SPACE]}"
+    return "generic"
 
 
 def replay(db: Database) -> list[str]:

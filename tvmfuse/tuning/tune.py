@@ -1,51 +1,47 @@
-"""Tune a model's fused kernels into a JSON database: hand-written seeds first, then MetaSchedule
-(XGBoost cost model) searches over the kernels that take the most time.
+"""Tune a model's fused kernels into a JSON database: hand-written seeds first, then a search
+of each rule's design space (MetaSchedule's evolutionary search, XGBoost cost model) over the
+kernels that take the most time.
 
 Tasks are the PrimFuncs the tvmfuse pipeline produces (after FuseTIR), deduplicated by structure,
 so every launch of the same kernel shape is tuned once, across models too (a workload already in
 the database is not measured again).
 
 1. **Seed.** Every task without a record gets the hand-written schedule the build would give it
-   (:mod:`tvmfuse.schedules`), measured here and committed as a record whose trace carries the
-   rule's name. The database then covers every kernel, and a search result is applied only where
-   it measured faster than the hand-written schedule.
+   (:mod:`tvmfuse.schedules`), timed as the build runs it (:mod:`.measure`) and recorded with a
+   trace that carries the rule's name. The database then covers every kernel.
 2. **Plan.** Tasks are ordered by their measured share of the model's time (seed time x launches);
    the ``top_k`` largest are searched, the trials split between them, within ``budget_s`` of wall
    clock when given. The plan is logged first, with an ETA from the measured cost of a trial.
-3. **Search**, one task at a time (MetaSchedule's task scheduler commits nothing until it has been
-   round every task once: 15 minutes without a record on ResNet-50 here), with a progress bar.
+3. **Search**, one task at a time (:mod:`.search`): the design space of the rule that schedules
+   the kernel, or MetaSchedule's generic space where the rule has none; every candidate is timed
+   as the seed was. Then the best candidates and the kernel's schedule are timed again,
+   alternately, and a candidate is recorded only where it beats the schedule by more than the
+   spread of the timings; each kernel's seed time, best searched time and gain are logged.
 
-Each job writes every record it measures at once into a private folder (seeds, and one database
-per searched task), merged into the database under its lock when the job ends, Ctrl-C and
-SIGTERM included. A job killed outright (``kill -9``, power lost) leaves its folder, locked only
-while the job lives: the next job on that database, or ``tvmfuse db check``/``recover``, merges
-it and says so. Either way finished records are kept and a re-run resumes.
+Each job writes what it records at once into a private folder (merged into the database under
+its lock when the job ends, Ctrl-C and SIGTERM included); every searched candidate goes to a
+database of its own under the job's folder, kept in the database's ``logs/`` folder afterwards
+(never applied: the search's timings are not the verified ones). A job killed outright
+(``kill -9``, power lost) leaves its folder, locked only while the job lives: the next job on that
+database, or ``tvmfuse db check``/``recover``, merges it and says so.
 
 The database is read through :func:`tvmfuse.tuning.database.usable` (corrupt lines and other
 targets' records skipped, as a build skips them), never handed to MetaSchedule as it is.
-
-Measured here: MetaSchedule's default build function imports ``tvm.s_tir.tensor_intrin`` (every
-target's intrinsics, CUDA's first: 45-60 s on this 2-core machine) in each builder worker, where
-nothing needs it (the modules it builds are scheduled, their intrinsics already inlined), and
-times out. The builder below builds without that import (:func:`_build`) and allows 120 s: a
-4-trial tuning of tiny-resnet took 155 s before, most of it two such imports.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
-import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import tvm
 from tqdm import tqdm
+from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
-from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
 from .. import names, strategy
 from ..compiler import analyze
@@ -54,17 +50,14 @@ from ..frontend import ImportedModel
 from ..options import BuildOptions
 from ..passes.apply_database import hand_written
 from ..passes.apply_schedule_rules import ApplyScheduleRules
-from ..profile import param_specs, random_args
-from ..remote import Remote, SharedLibraryExport
-from ..strategy.cpu import CPU_PIPELINE
+from ..remote import Remote
 from ..targets import TargetSpec
-from . import database, intrinsics, lookup
+from . import database, lookup
+from .measure import Timer
+from .search import Verdict, search_task, verify
 
 log = logging.getLogger(__name__)
 
-#: MetaSchedule's per-task messages (design spaces, candidates), under MetaSchedule's logger so
-#: that its level governs them (`tvmfuse tune` shows them with -v).
-_SEARCH_LOG = logging.getLogger("tvm.s_tir.meta_schedule.search")
 #: What one search trial is assumed to cost before one has been measured (seconds).
 FIRST_TRIAL_GUESS_S = 20.0
 
@@ -82,23 +75,18 @@ class TaskPlan:
     seconds: float | None = None
     #: Trials the plan gives the search (0: seed only).
     trials: int = 0
+    #: Milliseconds of the kernel's schedule and of the best searched one, re-timed alternately
+    #: after the search, and whether the searched one was recorded.
+    verified_ms: float | None = None
+    searched_ms: float | None = None
+    accepted: bool = False
 
     @property
     def share(self) -> float:
         return (self.seconds or 0.0) * self.launches
 
     def to_json(self) -> dict:
-        return dict(self.__dict__)
-
-
-def _build(mod, target, _params):
-    """Builder-worker build: MetaSchedule's default (``default_build``) without its import of
-    the tensor-intrinsic registry, which only applying a tensorization needs (the search, in
-    this process, does that)."""
-    from tvm.driver import build  # noqa: PLC0415 - in the worker
-    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # noqa: PLC0415
-
-    return build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
 
 #: Tuning jobs running in this process, as (job folder, database folder): what
@@ -153,10 +141,48 @@ def tune_model(model: ImportedModel, target: TargetSpec, options: BuildOptions, 
     tvm_target = target.tvm_target()
     with tvm_target:
         plans = tune(mod, tvm_target, database_dir, trials=trials,
-                     scheduler=strategy.scheduler(target), trials_per_iter=trials_per_iter,
+                     scheduler=strategy.scheduler(target),
+                     tir_pipeline=strategy.for_target(target).tir_pipeline(),
+                     trials_per_iter=trials_per_iter,
                      top_k=top_k, budget_s=budget_s, retune=retune, only=only,
                      progress=progress, remote=remote, cross_cc=target.cross_cc)
     return database_dir, plans
+
+
+@dataclass
+class ModelTimes:
+    """The model's latency built without the database (the rules' schedules: the seeds) and
+    with it, in interleaved runs (:func:`tvmfuse.bench.measure.measure`)."""
+
+    untuned_ms: float
+    tuned_ms: float
+    repeat: int
+
+    @property
+    def gain(self) -> float:
+        return 1 - self.tuned_ms / self.untuned_ms
+
+
+def compare(model: ImportedModel, target: TargetSpec, options: BuildOptions,
+            database_dir: Path, repeat: int = 20) -> ModelTimes:
+    """Build ``model`` for ``target`` (here) without a database and with ``database_dir``, and
+    time both on its example inputs in interleaved rounds; medians."""
+    import dataclasses  # noqa: PLC0415
+
+    from ..artifact import build  # noqa: PLC0415 - the build's own modules, only to compare
+    from ..bench.measure import measure  # noqa: PLC0415
+    from ..compiler import compile_model  # noqa: PLC0415
+    from ..runtime import load  # noqa: PLC0415
+
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="tvmfuse-compare-") as scratch:
+        for name, changes in (("untuned", {"use_database": False}),
+                              ("tuned", {"database": Path(database_dir)})):
+            built = compile_model(model, target, dataclasses.replace(options, **changes))
+            deployed = load(build(built, Path(scratch) / name))
+            runs[name] = deployed.runner(model.example_inputs)
+        untuned, tuned = measure(runs, repeat=repeat)
+    return ModelTimes(untuned.median_ms, tuned.median_ms, repeat)
 
 
 def plan_tasks(mod, target, database_):
@@ -180,15 +206,15 @@ def plan_tasks(mod, target, database_):
 
 
 def tune(mod, target, database_dir: Path, *, trials: int, scheduler: ApplyScheduleRules,
-         trials_per_iter: int = 4, top_k: int | None = None, budget_s: float | None = None,
-         retune: bool = False,
-         only: list[str] | None = None, progress: bool = True, remote: Remote | None = None,
+         tir_pipeline: str, trials_per_iter: int = 4, top_k: int | None = None,
+         budget_s: float | None = None, retune: bool = False, only: list[str] | None = None,
+         progress: bool = True, remote: Remote | None = None,
          cross_cc: str | None = None) -> list[TaskPlan]:
     """Seed, plan and search the kernels of ``mod`` (after FuseTIR) for ``target`` into
     ``database_dir``; see the module docstring. ``scheduler`` applies the target's schedule
-    rules as the build does; ``only`` restricts the run to the named kernels; ``remote`` measures
-    on an RPC device (candidates linked here, with ``cross_cc`` when the device needs it).
-    Returns the plans."""
+    rules as the build does and ``tir_pipeline`` lowers as it does; ``only`` restricts the run
+    to the named kernels; ``remote`` measures on an RPC device (kernels linked here, with
+    ``cross_cc`` when the device needs it). Returns the plans."""
     database_dir = Path(database_dir)
     database_dir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -204,21 +230,45 @@ def tune(mod, target, database_dir: Path, *, trials: int, scheduler: ApplySchedu
         _RUNNING.append((staging, database_dir))
         try:
             job = ms.database.JSONDatabase(work_dir=str(staging))
-            with Measure(remote, cross_cc) as measure:  # one RPC session for every seed
+            # seed records of searched kernels wait for the search's verified timings of the
+            # same schedule: the build picks the fastest record, and timings compare only
+            # when taken together
+            pending: dict[str, tuple] = {}
+            # one RPC session for the whole job
+            with Timer(target, tir_pipeline, remote=remote, cross_cc=cross_cc) as timer:
                 for task, plan in zip(tasks, plans):
                     if only is None or plan.name in only:
-                        plan.seconds = _seed(task, plan, target, scheduler, existing, job,
-                                             measure)
-            _plan_search(plans, trials, top_k, retune, only, trials_per_iter)
-            _log_plan(plans, budget_s)
-            _search([(t, p) for t, p in zip(tasks, plans) if p.trials], target, staging, job,
-                    trials_per_iter, started, budget_s, progress, _runner(remote, cross_cc))
+                        plan.seconds = _seed(task, plan, target, scheduler, existing, pending,
+                                             timer)
+                _plan_search(plans, trials, top_k, retune, only, trials_per_iter)
+                for plan in plans:
+                    if not plan.trials and plan.name in pending:
+                        _commit(job, target, *pending.pop(plan.name))
+                _log_plan(plans, budget_s)
+                _search([(t, p) for t, p in zip(tasks, plans) if p.trials], target, scheduler,
+                        staging, job, existing, pending, timer, trials_per_iter, started,
+                        budget_s, progress)
         finally:
+            for record in pending.values():  # searches not done: the seeds as first timed
+                _commit(job, target, *record)
             _RUNNING.remove((staging, database_dir))
+            _keep_candidates(staging, database_dir)
             added = database.merge_job(staging, database_dir)
             log.info("tuned for %.0f s; %d record(s) added to %s",
                      time.perf_counter() - started, added, database_dir)
     return plans
+
+
+#: Where a job's searched candidates are kept, inside the database folder (never applied).
+CANDIDATES = "logs"
+
+
+def _keep_candidates(staging: Path, database_dir: Path) -> None:
+    """Move the job's per-task candidate databases into the database's CANDIDATES folder."""
+    for folder in sorted(staging.glob("candidates-*")):
+        keep = database_dir / CANDIDATES / f"{staging.name.lstrip('.')}-{folder.name}"
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(folder), str(keep))
 
 
 def _existing(database_dir: Path, target):
@@ -235,10 +285,11 @@ def _existing(database_dir: Path, target):
     return found
 
 
-def _seed(task, plan: TaskPlan, target, scheduler: ApplyScheduleRules, existing, job,
-          measure: Measure) -> float | None:
-    """Measure the task's best existing record, or seed it with the hand-written schedule.
-    Returns seconds per launch (None when neither exists or it cannot run here)."""
+def _seed(task, plan: TaskPlan, target, scheduler: ApplyScheduleRules, existing,
+          pending: dict, timer: Timer) -> float | None:
+    """Measure the task's best existing record, or seed it with the hand-written schedule (its
+    record into ``pending``, by task name). Returns seconds per launch (None when neither
+    exists or it cannot run here)."""
     workload = task.dispatched[0]
     record = existing.query_tuning_record(workload, target, task.task_name)
     if record is not None:
@@ -248,10 +299,8 @@ def _seed(task, plan: TaskPlan, target, scheduler: ApplyScheduleRules, existing,
     schedule = hand_written(workload["main"], target, scheduler)
     if schedule is None:
         return None
-    seconds = measure(schedule.mod["main"], target)
-    job.commit_tuning_record(ms.database.TuningRecord(
-        schedule.trace, job.commit_workload(workload), [seconds], target,
-        ms.arg_info.ArgInfo.from_prim_func(workload["main"])))
+    seconds = timer(schedule.mod["main"])
+    pending[plan.name] = (schedule.trace, workload, [seconds])
     log.debug("seeded %s: %.3f ms", plan.name, seconds * 1e3)
     return seconds
 
@@ -260,58 +309,6 @@ def is_seed(trace) -> bool:
     """Whether a record's trace is a hand-written seed (annotated by :func:`hand_written`)."""
     return any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == names.SCHEDULE
                for inst in trace.insts)
-
-
-class Measure:
-    """Seconds per call of a PrimFunc, as MetaSchedule's runner measures it: here, or on an RPC
-    device (one session for the whole job)."""
-
-    def __init__(self, remote: Remote | None = None, cross_cc: str | None = None):
-        self.remote, self.cross_cc, self._session = remote, cross_cc, None
-
-    def __enter__(self) -> Measure:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        """End the RPC session: the tracker lends a device to one session at a time, and the
-        search's runner asks for it next (left open, the runner waited for its timeout: 120 s,
-        then 600 s on the emulator, before its first candidate ran)."""
-        self._session = None
-        gc.collect()
-
-    def __call__(self, func, target) -> float:
-        # as MetaSchedule's builder does: weights arrive packed (the build packs them once), so
-        # the packing block is not timed; TVM's pass takes only a plain copy as the packing, not
-        # a zero-padded one (a weight padded to whole register tiles): that kernel is timed
-        # with its packing, which overstates its seed's time
-        mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-        try:
-            mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-        except tvm.error.InternalError:
-            log.debug("timing %s with its weight packing (a padded weight)", func)
-        func = mod["main"]
-        kind = "cuda" if target.kind.name == "cuda" else "cpu"
-        # a CPU seed lowered as a build lowers it (its last column tile apart: PART_TAIL)
-        library = tvm.compile(mod, target=target,
-                              tir_pipeline="default" if kind == "cuda" else CPU_PIPELINE)
-        if self.remote is None:
-            module, device = library.mod, tvm.device(kind, 0)
-        else:
-            if self._session is None:
-                self._session = self.remote.session()
-            path = SharedLibraryExport(self.cross_cc)(library.mod)
-            self._session.upload(path)
-            module = self._session.load_module(os.path.basename(path))
-            device = self._session.device(kind, 0)
-        args = random_args(param_specs(func), device)
-        timer = module.time_evaluator("main", device, number=1, repeat=3, min_repeat_ms=100)
-        return float(min(timer(*args).results))
-
-
-def _runner(remote: Remote | None, cross_cc: str | None):
-    if remote is None:
-        return ms.runner.LocalRunner(timeout_sec=60), None
-    return ms.runner.RPCRunner(remote.runner_config()), SharedLibraryExport(cross_cc)
 
 
 def _plan_search(plans: list[TaskPlan], trials: int, top_k: int | None, retune: bool,
@@ -354,10 +351,12 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def _search(todo, target, staging: Path, job, trials_per_iter: int, started: float,
-            budget_s: float | None, progress: bool, runner_and_export) -> None:
-    """MetaSchedule's evolutionary search, one task at a time, within the budget; each task's
-    search writes into a folder of its own inside the job's ``staging`` folder."""
+def _search(todo, target, scheduler: ApplyScheduleRules, staging: Path, job, existing,
+            pending: dict, timer: Timer, trials_per_iter: int, started: float,
+            budget_s: float | None, progress: bool) -> None:
+    """Search the planned tasks one at a time within the budget (:func:`.search.search_task`),
+    each task's candidates into a folder of its own inside the job's ``staging`` folder, and
+    record each task's verified winner (:func:`.search.verify`)."""
     total = sum(p.trials for _, p in todo)
     if not total:
         return
@@ -365,95 +364,72 @@ def _search(todo, target, staging: Path, job, trials_per_iter: int, started: flo
     done, searching = 0, 0.0
     bar = tqdm(total=total, unit="trial", disable=not progress, desc="search")
     try:
-        for task, plan in todo:
+        for index, (task, plan) in enumerate(todo):
             elapsed = time.perf_counter() - started
             if budget_s is not None and elapsed + per_trial * trials_per_iter > budget_s:
                 log.warning("budget spent (%s): %s and %d other task(s) not searched",
-                            _minutes(budget_s), plan.name,
-                            len(todo) - [p for _, p in todo].index(plan) - 1)
+                            _minutes(budget_s), plan.name, len(todo) - index - 1)
                 break
             trials = plan.trials
-            if budget_s is not None:  # what is left of the budget, in whole rounds
+            if budget_s is not None:
+                # what is left of the budget, in whole rounds, shared by the tasks left in
+                # proportion to their planned trials
                 affordable = int((budget_s - elapsed) / per_trial) // trials_per_iter
-                trials = max(trials_per_iter, min(trials, affordable * trials_per_iter))
+                share = trials / sum(p.trials for _, p in todo[index:])
+                trials = max(trials_per_iter,
+                             min(trials, int(affordable * share) * trials_per_iter))
             bar.set_postfix_str(plan.name[:40])
             task_start = time.perf_counter()
-            search_task(task, staging / f"search-{done:05d}", job, trials, trials_per_iter,
-                        runner_and_export)
+            candidates = search_task(task, target, scheduler, timer,
+                                     staging / f"candidates-{index:05d}", trials,
+                                     trials_per_iter, on_trials=bar.update)
+            baseline = _current_schedule(task, target, scheduler, existing)
+            if baseline is not None and candidates:
+                verdict = verify(baseline.mod["main"], candidates, timer)
+                pending.pop(plan.name, None)  # re-timed: recorded with the verified timings
+                _record(verdict, task, plan, target, baseline, job)
             searching += time.perf_counter() - task_start
             done += trials
             per_trial = searching / done
-            bar.update(trials)
-            best = job.query_tuning_record(task.dispatched[0], target, task.task_name)
-            if best is not None and plan.seconds:
-                log.info("%s: best %.3f ms (hand-written %.3f ms)", plan.name,
-                         min(float(s) for s in best.run_secs) * 1e3, plan.seconds * 1e3)
     finally:
         bar.close()
 
 
-def search_task(task, work_dir: Path, database, trials: int, trials_per_iter: int = 4,
-                runner_and_export=None) -> None:
-    """MetaSchedule's evolutionary search (XGBoost cost model) of one task: ``trials``
-    candidates, built with the builder this machine needs (module docstring), measured by the
-    runner of :func:`_runner` (here by default), committed to ``database``.
+def _current_schedule(task, target, scheduler: ApplyScheduleRules, existing):
+    """The schedule a build gives ``task`` now: the best record's of the database (a seed's as
+    its rule is now), or the hand-written one; None where there is neither."""
+    workload = task.dispatched[0]
+    record = existing.query_tuning_record(workload, target, task.task_name)
+    if record is not None and not is_seed(record.trace):
+        sch = s_tir.Schedule(workload)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        return sch
+    return hand_written(workload["main"], target, scheduler)
 
-    The search commits every measured candidate at once to a JSON database in ``work_dir``
-    (its own folder: a killed job's records are found there), copied to ``database`` when it
-    ends.
 
-    The search's population starts from the searched records ``database`` already holds for the
-    task, not from the hand-written seeds: a seed's trace has no sampled decisions for the search
-    to mutate, and replaying it under MetaSchedule's RewriteLayout postprocessor fails (the seed
-    has packed its weights already, and RewriteLayout would pack the packed buffer again). Seeds
-    and searched records meet in ``database``, where the build takes the fastest."""
-    runner, export = runner_and_export or _runner(None, None)
-    workload = database.commit_workload(task.dispatched[0])
-    Path(work_dir).mkdir(parents=True, exist_ok=True)
-    search = ms.database.JSONDatabase(work_dir=str(work_dir))
-    for record in database.get_top_k(workload, 64):
-        if not is_seed(record.trace):
-            _copy_record(record, search)
-    try:
-        ms.tune_tasks(
-            tasks=[_tune_context(task, trials)], task_weights=[1.0], work_dir=str(work_dir),
-            max_trials_global=trials, num_trials_per_iter=trials_per_iter,
-            builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120,
-                                            f_build=_build, f_export=export),
-            runner=runner, database=search, cost_model="xgb",
-        )
-    finally:  # Ctrl-C included: what was measured is kept
-        known = {str(r.trace) for r in database.get_top_k(workload, 1 << 16)}
-        for record in search.get_all_tuning_records():
-            if str(record.trace) not in known:
-                _copy_record(record, database)
+def _record(verdict: Verdict, task, plan: TaskPlan, target, baseline, job) -> None:
+    """Record the verified timings: the kernel's schedule's, and the winner's where it beat it
+    (both from the same alternating rounds, so that the build's choice by time agrees)."""
+    plan.verified_ms = verdict.seed_median * 1e3
+    plan.searched_ms = None if verdict.best_median is None else verdict.best_median * 1e3
+    plan.accepted = verdict.accepted
+    _commit(job, target, baseline.trace, task.dispatched[0], verdict.seed_seconds)
+    if verdict.accepted:
+        _commit(job, target, verdict.best.sch.trace, task.dispatched[0], verdict.best_seconds)
+    gain = 1 - verdict.best_median / verdict.seed_median if verdict.best_median else 0.0
+    log.info("%s: schedule %.3f ms, best searched %.3f ms (%+.1f%%): %s", plan.name,
+             verdict.seed_median * 1e3, (verdict.best_median or 0) * 1e3, 100 * gain,
+             "recorded" if verdict.accepted else "not recorded (within the timings' spread)")
+
+
+def _commit(job, target, trace, workload, seconds: list[float]) -> None:
+    """Record ``trace`` on ``workload`` (a task's IRModule) with ``seconds`` into ``job``."""
+    job.commit_tuning_record(ms.database.TuningRecord(
+        trace, job.commit_workload(workload), seconds, target,
+        ms.arg_info.ArgInfo.from_prim_func(workload["main"])))
 
 
 def _copy_record(record, database) -> None:
     database.commit_tuning_record(ms.database.TuningRecord(
         record.trace, database.commit_workload(record.workload.mod), record.run_secs,
         record.target, record.args_info))
-
-
-#: Candidates the evolutionary search keeps per trial it will measure (see _tune_context).
-POPULATION_PER_TRIAL = 8
-
-
-def _tune_context(task, trials: int):
-    """MetaSchedule's search context for one task, logging to tvmfuse's logger.
-
-    The evolutionary search's population is scaled to the trials it picks (``POPULATION_PER_TRIAL``
-    candidates per trial, MetaSchedule's 512 at most): a 4-trial tuning of tiny-resnet took
-    22-23 s with 64, 62-66 s with 512 (it evolves and scores the population four times).
-
-    Not ``relax_integration.extracted_tasks_to_tune_contexts``: it reconfigures Python logging
-    globally (``dictConfig``) from the handlers it finds on MetaSchedule's logger, and fails on
-    one without a name (seen in a test process after an RPC tuning run)."""
-    intrinsics.register_for(task.target)  # before TuneContext imports every target's
-    population = min(512, max(64, POPULATION_PER_TRIAL * trials))
-    search = ms.search_strategy.EvolutionarySearch(
-        population_size=population, init_min_unmeasured=min(50, population // 2))
-    return ms.TuneContext(mod=task.dispatched[0], target=task.target,
-                          space_generator="post-order-apply", search_strategy=search,
-                          task_name=task.task_name, logger=_SEARCH_LOG, num_threads="physical"
-                          ).clone()

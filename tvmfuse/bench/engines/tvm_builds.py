@@ -39,15 +39,21 @@ def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -
     return Engine(name, run, lambda: to_numpy(main(*args)), 0.0, kernels)
 
 
+@register("tvmfuse-untuned", name="tvmfuse-untuned", untuned=True)
 @register("tvmfuse-unfused", name="tvmfuse-unfused", fusion=False)
 @register("tvmfuse")  # decorators run from the bottom: tvmfuse is registered first
-def _tvmfuse(ctx: BenchContext, name: str = "tvmfuse", fusion: bool = True) -> Engine:
+def _tvmfuse(ctx: BenchContext, name: str = "tvmfuse", fusion: bool = True,
+             untuned: bool = False) -> Engine:
     """tvmfuse's build; ``fusion=False`` (the ``tvmfuse-unfused`` engine) turns its own fusion
-    rules off and keeps the same layouts, schedules and database."""
+    rules off and keeps the same layouts, schedules and database; ``untuned`` (the
+    ``tvmfuse-untuned`` engine) applies no tuning database (the rules' schedules), beside a
+    ``tvmfuse`` engine that applies one."""
     from ... import compiler  # noqa: PLC0415
 
     _check_tvm_precision(ctx)
     options = replace(ctx.build_options, dtype=ctx.dtype, fusion=fusion)
+    if untuned:
+        options = replace(options, use_database=False, database=None)
     compiled = compiler.compile_model(ctx.model, ctx.target, options)
     return _tvm_engine(name, compiled.executable, ctx, len(compiled.analysis.kernels))
 
