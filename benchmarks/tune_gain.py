@@ -71,6 +71,12 @@ def main() -> int:
                             *args.names, "--budget", args.budget, "--top-k", str(args.top_k),
                             "--repeat", str(args.repeat)])
     runs = []
+
+    def write() -> None:  # after every model: a run that dies later keeps the models done
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"machine": kind, "commit": commit(), "commit_is": "measured",
+                                   "reproduce": reproduce, "tune_gain": runs}, indent=1) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="tvmfuse-tune-gain-") as scratch:
         for name in args.names:
             print(f"tuning {name} for {args.budget} ...", flush=True)
@@ -81,9 +87,7 @@ def main() -> int:
                 run["error"] if "error" in run else ", ".join(
                     f"{r['engine']} {r['median_ms']:.2f} ms" for r in run["bench"]["results"]
                     if r.get("median_ms") is not None)), flush=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": kind, "commit": commit(), "commit_is": "measured",
-                               "reproduce": reproduce, "tune_gain": runs}, indent=1) + "\n")
+            write()
     print(f"wrote {out}; `python benchmarks/report.py` puts it into BENCHMARKS.md")
     return 0
 
