@@ -95,11 +95,12 @@ class Candidate:
 
 def search_task(task, target, scheduler: ApplyScheduleRules, timer: Timer, work_dir: Path,
                 trials: int, trials_per_iter: int = 4, on_trials=None,
-                generic: bool = False) -> list[Candidate]:
+                generic: bool = False, deadline: float | None = None) -> list[Candidate]:
     """Search ``task`` (an extracted task) for ``trials`` candidates, each timed by ``timer``
     and committed at once to a JSON database in ``work_dir``; the candidates that ran, fastest
     first. ``on_trials(count)`` is called after each batch (a progress bar); ``generic``
-    searches MetaSchedule's generic space even where the rule has one (for comparisons)."""
+    searches MetaSchedule's generic space even where the rule has one (for comparisons);
+    ``deadline`` (``time.perf_counter()``) stops the search after the round that passes it."""
     workload = task.dispatched[0]
     space = None if generic else design_space(workload["main"], target, scheduler)
     context = _tune_context(task, trials, space)
@@ -127,6 +128,8 @@ def search_task(task, target, scheduler: ApplyScheduleRules, timer: Timer, work_
                                          time.perf_counter() - started))
             if on_trials is not None:
                 on_trials(len(candidates))
+            if deadline is not None and time.perf_counter() > deadline:
+                break
     finally:
         strategy.post_tuning()
     return sorted(ran, key=lambda c: c.seconds)  # stable: in order of timing among equals
