@@ -19,8 +19,8 @@ from tvm import relax, tirx
 
 from .. import names
 from ..tuning import database as tuning_db
-from ..tuning.measure import with_prepack_blocks
 from .apply_schedule_rules import ApplyScheduleRules
+from .prepack_weights import with_prepack_blocks
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ every run instead, as its own kernel.
 from __future__ import annotations
 
 import tvm
-from tvm import relax, s_tir
+from tvm import relax, s_tir, tirx
 
-from ..names import LAYOUT_REWRITE_PREPROC
+from ..names import LAYOUT_REWRITE_PREPROC, PREPACK
 
 #: Suffixes SplitLayoutRewritePreproc gives the two halves of a kernel.
 PACKING, PACKED = "_weight_prepack", "_prepacked"
@@ -92,3 +92,21 @@ class _Rename(relax.PyExprMutator):
 
     def visit_global_var_(self, op: tvm.ir.GlobalVar) -> relax.Expr:
         return self.by_name.get(op.name_hint, op)
+
+
+def with_prepack_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``func`` with its design-space packing blocks (annotated PREPACK) annotated for TVM's
+    SplitLayoutRewritePreproc, as the build's packing blocks are; ``func`` itself when it has
+    none."""
+    try:
+        sch = s_tir.Schedule(func)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    except Exception:  # noqa: BLE001 - a kernel written without blocks packs nothing
+        return func
+    renamed = False
+    for block in blocks:
+        if PREPACK in sch.get(block).annotations:
+            sch.unannotate(block, PREPACK)
+            sch.annotate(block, LAYOUT_REWRITE_PREPROC, True)
+            renamed = True
+    return sch.mod["main"] if renamed else func

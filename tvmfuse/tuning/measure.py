@@ -20,36 +20,26 @@ import gc
 import itertools
 import logging
 import os
+import shutil
 import statistics
 from collections.abc import Sequence
 
 import tvm
 from tvm import relax, s_tir, tirx
+from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
-from ..names import LAYOUT_REWRITE_PREPROC, PREPACK
-from ..passes.prepack_weights import PACKED
+from ..names import LAYOUT_REWRITE_PREPROC
+from ..passes.prepack_weights import PACKED, with_prepack_blocks
 from ..profile import param_specs, random_args
 from ..remote import Remote, SharedLibraryExport
 
 log = logging.getLogger(__name__)
 
-
-def with_prepack_blocks(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    """``func`` with its design-space packing blocks (annotated PREPACK) annotated for TVM's
-    SplitLayoutRewritePreproc, as the build's packing blocks are; ``func`` itself when it has
-    none."""
-    try:
-        sch = s_tir.Schedule(func)
-        blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    except Exception:  # noqa: BLE001 - a kernel written without blocks packs nothing
-        return func
-    renamed = False
-    for block in blocks:
-        if PREPACK in sch.get(block).annotations:
-            sch.unannotate(block, PREPACK)
-            sch.annotate(block, LAYOUT_REWRITE_PREPROC, True)
-            renamed = True
-    return sch.mod["main"] if renamed else func
+#: Seconds a worker may take to build one kernel (MetaSchedule's builder allows the same), and
+#: the kernels a worker builds before a fresh one replaces it: compiling in workers keeps what
+#: LLVM allocates for a candidate (some of MetaSchedule's generic candidates are unrolled far)
+#: out of the tuning process, and recycling them bounds what the workers keep.
+BUILD_TIMEOUT_S, WORKER_USES = 120, 64
 
 
 def as_built(func: tirx.PrimFunc) -> tirx.PrimFunc:
@@ -79,18 +69,14 @@ def as_built(func: tirx.PrimFunc) -> tirx.PrimFunc:
     return next(f for g, f in split.functions.items() if g.name_hint == "kernel" + PACKED)
 
 
-def compile_kernel(func: tirx.PrimFunc, target, tir_pipeline: str):
-    """``func`` (as :func:`as_built` makes it) compiled alone as ``main`` for ``target``."""
-    mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-    return tvm.compile(mod, target=target, tir_pipeline=tir_pipeline)
-
-
 class Timer:
     """Seconds per call of scheduled kernels, as :func:`as_built` makes them, here or on the
     devices an RPC tracker holds under a key (sessions held for the timer's life).
 
     ``tir_pipeline``: the target family's lowering (:meth:`tvmfuse.strategy.Strategy.
     tir_pipeline`). Each timing is the median of ``repeat`` runs of at least ``min_repeat_ms``.
+    Kernels are compiled in ``build_workers`` worker processes (default: one a core) into
+    shared libraries, loaded as a build's library is loaded.
     Over RPC, :meth:`time_many` spreads kernels over every device of the key that was free when
     the first was asked for (``devices`` at most); :meth:`load` and :meth:`__call__` time on the
     first, so that timings compared with each other come from one device.
@@ -98,12 +84,14 @@ class Timer:
 
     def __init__(self, target, tir_pipeline: str, *, remote: Remote | None = None,
                  cross_cc: str | None = None, repeat: int = 3, min_repeat_ms: int = 50,
-                 devices: int | None = None):
+                 devices: int | None = None, build_workers: int | None = None):
         self.target, self.tir_pipeline = target, tir_pipeline
         self.remote, self.cross_cc = remote, cross_cc
         self.repeat, self.min_repeat_ms = repeat, min_repeat_ms
         self.devices = devices
+        self.build_workers = build_workers or os.cpu_count() or 1
         self._sessions: list = []
+        self._workers: PopenPoolExecutor | None = None
         self._uploads = itertools.count()  # next() is atomic: the devices' threads share it
 
     def __enter__(self) -> Timer:
@@ -113,9 +101,12 @@ class Timer:
         self.close()
 
     def close(self) -> None:
-        """End the RPC sessions: the tracker lends a device to one session at a time (left
-        open, the next session waited for its timeout)."""
+        """End the RPC sessions (the tracker lends a device to one session at a time: left
+        open, the next session waited for its timeout) and the build workers."""
         self._sessions = []
+        if self._workers is not None:
+            self._workers.shutdown()
+            self._workers = None
         gc.collect()
 
     def sessions(self) -> list:
@@ -129,31 +120,62 @@ class Timer:
                 log.info("timing on %d devices of %s", len(self._sessions), self.remote)
         return self._sessions
 
-    def compile(self, func: tirx.PrimFunc):
-        """``func`` (scheduled) as built, compiled: (library, parameter specs)."""
-        built = as_built(func)
-        specs = param_specs(built)
-        if specs is None:
-            raise ValueError("a kernel with symbolic shapes cannot be timed alone")
-        return compile_kernel(built, self.target, self.tir_pipeline), specs
+    def _pool(self) -> PopenPoolExecutor:
+        if self._workers is None:
+            self._workers = PopenPoolExecutor(max_workers=self.build_workers,
+                                              timeout=BUILD_TIMEOUT_S,
+                                              maximum_process_uses=WORKER_USES)
+        return self._workers
+
+    def build_many(self, funcs: Sequence[tirx.PrimFunc]) -> list[tuple[str, tuple] | Exception]:
+        """Each of ``funcs`` (scheduled) as built, compiled in the worker processes into a
+        shared library: (its path, its parameters' specs), or the error it failed with."""
+        built: list = []
+        jobs = []
+        for func in funcs:
+            try:
+                kernel = as_built(func)
+                specs = param_specs(kernel)
+                if specs is None:
+                    raise ValueError("a kernel with symbolic shapes cannot be timed alone")
+                jobs.append((len(built), kernel.with_attr("global_symbol", "main"), specs))
+                built.append(None)
+            except Exception as err:  # noqa: BLE001 - a candidate that does not lower
+                built.append(err)
+        results = self._pool().map_with_error_catching(
+            lambda job: _compile_and_export(*job),
+            [(tvm.IRModule({"main": kernel}), self.target, self.tir_pipeline, self.cross_cc)
+             for _, kernel, _ in jobs])
+        for (index, _, specs), result in zip(jobs, results):
+            if result.status == StatusKind.COMPLETE:
+                built[index] = (result.value, specs)
+            else:
+                reason = "timed out" if result.status == StatusKind.TIMEOUT else result.value
+                built[index] = RuntimeError(f"building the kernel failed: {reason}")
+        return built
 
     def load(self, func: tirx.PrimFunc, device: int = 0):
         """A callable ``() -> seconds`` timing ``func`` (scheduled) on fixed random arguments,
         on the ``device``-th RPC device (over RPC) or here."""
-        return self._loaded(*self.compile(func), device)
+        (found,) = self.build_many([func])
+        if isinstance(found, Exception):
+            raise found
+        return self._loaded(*found, device)
 
-    def _loaded(self, library, specs, device_index: int):
+    def _loaded(self, path: str, specs, device_index: int):
         kind = "cuda" if self.target.kind.name == "cuda" else "cpu"
-        if self.remote is None:
-            module, device = library.mod, tvm.device(kind, 0)
-        else:
-            session = self.sessions()[device_index]
-            path = SharedLibraryExport(self.cross_cc)(library.mod)
-            # a name of its own: a second library loaded from one path is the first again
-            name = f"kernel-{os.getpid()}-{next(self._uploads)}.so"
-            session.upload(path, target=name)
-            module = session.load_module(name)
-            device = session.device(kind, 0)
+        try:
+            if self.remote is None:
+                module, device = tvm.runtime.load_module(path), tvm.device(kind, 0)
+            else:
+                session = self.sessions()[device_index]
+                # a name of its own: a second library loaded from one path is the first again
+                name = f"kernel-{os.getpid()}-{next(self._uploads)}.so"
+                session.upload(path, target=name)
+                module = session.load_module(name)
+                device = session.device(kind, 0)
+        finally:  # loaded (the mapping outlives the file) or sent: not needed here any more
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
         args = random_args(specs, device)
         timer = module.time_evaluator("main", device, number=1, repeat=self.repeat,
                                       min_repeat_ms=self.min_repeat_ms)
@@ -164,21 +186,17 @@ class Timer:
         return self.load(func)()
 
     def time_many(self, funcs: Sequence[tirx.PrimFunc]) -> list[float | Exception]:
-        """Seconds per call of each of ``funcs``, or the error it failed with: compiled here
-        one after another, timed on the RPC devices in parallel (one kernel at a time each)."""
-        compiled: list = []
-        for func in funcs:
-            try:
-                compiled.append(self.compile(func))
-            except Exception as err:  # noqa: BLE001 - a candidate that fails to build
-                compiled.append(err)
+        """Seconds per call of each of ``funcs``, or the error it failed with: built in the
+        worker processes, timed here or on the RPC devices in parallel (one kernel at a time
+        each)."""
+        built = self.build_many(funcs)
         devices = len(self.sessions()) if self.remote is not None else 1
 
         def run(index: int, device: int) -> float | Exception:
-            if isinstance(compiled[index], Exception):
-                return compiled[index]
+            if isinstance(built[index], Exception):
+                return built[index]
             try:
-                return self._loaded(*compiled[index], device)()
+                return self._loaded(*built[index], device)()
             except Exception as err:  # noqa: BLE001 - a candidate that fails to run
                 return err
 
@@ -191,6 +209,16 @@ class Timer:
             results = dict(pair for chunk in pool.map(on_device, range(devices))
                            for pair in chunk)
         return [results[i] for i in range(len(funcs))]
+
+
+def _compile_and_export(mod: tvm.IRModule, target, tir_pipeline: str,
+                        cross_cc: str | None) -> str:
+    """In a worker process: ``mod`` compiled for ``target`` with ``tir_pipeline`` (tvmfuse's
+    are registered by importing its strategies) into a shared library; its path."""
+    from .. import strategy  # noqa: F401, PLC0415 - registers tvmfuse's TIR pipelines
+
+    library = tvm.compile(mod, target=target, tir_pipeline=tir_pipeline)
+    return SharedLibraryExport(cross_cc)(library.mod)
 
 
 def alternate(timings: Sequence, rounds: int) -> list[list[float]]:
