@@ -12,14 +12,14 @@ from pathlib import Path
 
 import torch
 
-from ..errors import TvmfuseError
+from ..errors import TvmfuseError, one_line
 from ..frontend import ImportedModel, count_flops
 from ..targets import TargetSpec
 from ..verify import relative_error
 from . import engines as engines_
 from .measure import Latency, cuda_event_timer, measure, wall_clock_ms
 from .peak import measure_peak_gflops
-from .report import Report, Result
+from .report import OWN, Report, Result
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,8 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
 
     Every engine computes in ``dtype`` (float32, float16, bfloat16); its outputs are compared
     with the float32 reference (PyTorch eager, or ONNX Runtime for an ONNX file). Engines that
-    cannot run here are skipped with the reason in the report.
+    cannot run here, and peers that fail to prepare or to run (anything but tvmfuse's own
+    engines, whose failures stay errors), are skipped with the reason in the report.
     """
     # Read when TVM's pool starts: the CLI runs this before any kernel has run. Unpinned: this
     # process also hosts PyTorch's and ONNX Runtime's pools, and with TVM's workers bound to
@@ -69,18 +70,33 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
         except engines_.Unavailable as why:
             log.warning("skipping %s: %s", name, why)
             report.skipped[name] = str(why)
+        except Exception as err:  # noqa: BLE001 - a peer's own error (Inductor's): one line
+            _skip_failed(report, name, err, "failed to prepare")
     if not prepared:
         raise TvmfuseError("no engine could be prepared; see the warnings above")
-    log.info("timing %s in interleaved rounds", ", ".join(prepared))
     if target.is_gpu:
         report.timer, timer = "cuda-events", cuda_event_timer()
     else:
         timer = wall_clock_ms
-    latencies = measure({n: e.run for n, e in prepared.items()}, repeat=repeat,
-                        warmup=2, max_seconds=max_seconds, timer=timer)
+    while True:  # again without a peer that fails while it is timed
+        log.info("timing %s in interleaved rounds", ", ".join(prepared))
+        try:
+            latencies = measure({n: _failing_as(n, e.run) for n, e in prepared.items()},
+                                repeat=repeat, warmup=2, max_seconds=max_seconds, timer=timer)
+            break
+        except _EngineFailed as failed:
+            _skip_failed(report, failed.engine, failed.__cause__, "failed to run")
+            del prepared[failed.engine]
+            if not prepared:
+                raise TvmfuseError("every engine failed; see the warnings above") from None
     for latency in latencies:
         engine = prepared[latency.engine]
-        errors = [relative_error(o, r) for o, r in zip(engine.outputs(), references)]
+        try:
+            outputs = engine.outputs()
+        except Exception as err:  # noqa: BLE001
+            _skip_failed(report, latency.engine, err, "failed to run")
+            continue
+        errors = [relative_error(o, r) for o, r in zip(outputs, references)]
         report.results.append(Result(
             latency.engine, latency.median_ms, latency.min_ms, latency.max_ms,
             len(latency.times_ms), round(engine.setup_seconds, 2), max(errors, default=None),
@@ -88,6 +104,37 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
         ))
     report.finish()
     return report
+
+
+class _EngineFailed(Exception):
+    """Engine ``engine``'s run raised (the cause) while it was timed."""
+
+    def __init__(self, engine: str):
+        super().__init__(engine)
+        self.engine = engine
+
+
+def _failing_as(name: str, run):
+    """``run``, raising :class:`_EngineFailed` for ``name`` from whatever it raises."""
+    def guarded():
+        try:
+            return run()
+        except Exception as err:
+            raise _EngineFailed(name) from err
+
+    return guarded
+
+
+def _skip_failed(report: Report, name: str, err: BaseException, what: str) -> None:
+    """A peer that ``what`` (failed to prepare, to run) is skipped with one warning line naming
+    its error; tvmfuse's own engines raise it."""
+    if name in OWN:
+        raise err
+    text = one_line(err)
+    kind = type(err).__name__
+    why = f"{what}: {text if text.startswith(kind) else f'{kind}: {text}'}"
+    log.warning("skipping %s: %s", name, why)
+    report.skipped[name] = why
 
 
 def against_reference(deployed, model: ImportedModel, target: TargetSpec,
