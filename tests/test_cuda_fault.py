@@ -1,0 +1,90 @@
+"""A CUDA error at run time is one line naming the CUDA error and the kernel: formatted from
+fake errors here (no GPU needed); tests/test_suite.py's cuda tests run the real thing."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tvmfuse import TvmfuseError, cli, cuda_fault
+from tvmfuse.runtime import Deployed
+
+#: What TVM raises at the synchronisation after a kernel faulted (no kernel named).
+ASYNC = ("CUDA Runtime Error: cudaErrorMisalignedAddress (716): misaligned address\n"
+         "Stack trace:\n  File \"cuda_device_api.cc\", line 230")
+#: What TVM raises when the launch itself fails (launches synchronous): the kernel and its source.
+LAUNCH = ("CUDALaunch Error: CUDA_ERROR_MISALIGNED_ADDRESS\n grid=(4,1,1),  block=(128,1,1)\n"
+          "// func_name=fused_conv2d_add_kernel\n// CUDA Source\n// -----------\n"
+          "extern \"C\" __global__ void fused_conv2d_add_kernel(half* a) {}")
+
+
+def test_a_cuda_error_is_one_line_with_the_kernel_it_names():
+    assert cuda_fault.describe(RuntimeError(ASYNC)) == (
+        "CUDA error cudaErrorMisalignedAddress (716): misaligned address")
+    assert cuda_fault.describe(RuntimeError(LAUNCH)) == (
+        "CUDA error CUDA_ERROR_MISALIGNED_ADDRESS in kernel fused_conv2d_add_kernel")
+    assert cuda_fault.describe(RuntimeError("CUDA error: an illegal memory access was "
+                                            "encountered")) == (
+        "CUDA error CUDA error: an illegal memory access was encountered")
+    assert cuda_fault.describe(ValueError("Check failed: x == y")) is None
+
+
+def test_the_failing_kernel_is_found_by_synchronous_launches(monkeypatch, tmp_path):
+    calls = []
+
+    def child(command, env, **kwargs):
+        calls.append((command, env))
+        saved = np.load(command[-1])
+        assert [saved[f] for f in saved.files][0].tolist() == [1.0, 2.0]
+        return subprocess.CompletedProcess(command, 1, "", "Traceback ...\n" + LAUNCH)
+
+    monkeypatch.delenv("CUDA_LAUNCH_BLOCKING", raising=False)
+    monkeypatch.setattr(cuda_fault.subprocess, "run", child)
+    line = cuda_fault.describe(RuntimeError(ASYNC), tmp_path / "model.so",
+                               [np.array([1.0, 2.0], "float32")])
+    assert line == ("CUDA error cudaErrorMisalignedAddress (716): misaligned address in kernel "
+                    "fused_conv2d_add_kernel")
+    (command, env), = calls
+    assert command[1:4] == ["-m", "tvmfuse.cuda_fault", str(tmp_path / "model.so")]
+    assert env["CUDA_LAUNCH_BLOCKING"] == "1"
+    # where launches are synchronous already, the error itself would have named the kernel
+    monkeypatch.setenv("CUDA_LAUNCH_BLOCKING", "1")
+    assert cuda_fault.first_failing_kernel(tmp_path / "model.so", []) is None
+    assert len(calls) == 1
+
+
+class _FaultingVM:
+    def __getitem__(self, name):
+        def main(*args):
+            raise RuntimeError(ASYNC)
+
+        return main
+
+
+def test_a_build_that_faults_on_the_gpu_is_one_error_naming_the_kernel(monkeypatch, tmp_path):
+    monkeypatch.setattr(cuda_fault, "first_failing_kernel",
+                        lambda library, arrays: f"{library.name}:fused_softmax_kernel")
+    deployed = Deployed(tmp_path, {"library": "model.so"}, (), (), _FaultingVM(), None)
+    with pytest.raises(TvmfuseError) as raised:
+        deployed.run([])
+    assert str(raised.value) == (
+        f"{tmp_path / 'model.so'} failed on the GPU: CUDA error cudaErrorMisalignedAddress (716): "
+        f"misaligned address in kernel model.so:fused_softmax_kernel; this is a fault of "
+        f"tvmfuse's kernel: please report it with the model")
+
+
+def test_the_cli_reports_a_cuda_error_in_one_line_without_a_traceback(monkeypatch, caplog,
+                                                                       capsys):
+    def faulting(args):
+        raise RuntimeError(LAUNCH)
+
+    monkeypatch.setattr(cli.run, "handle", faulting)
+    with caplog.at_level("INFO"):
+        assert cli.main(["run", str(Path("build")), "--random"]) == 2
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [r.getMessage() for r in errors] == [
+        "CUDA error CUDA_ERROR_MISALIGNED_ADDRESS in kernel fused_conv2d_add_kernel"]
+    assert errors[0].exc_info is None and "Traceback" not in capsys.readouterr().err
