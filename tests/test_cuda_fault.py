@@ -4,13 +4,22 @@ fake errors here (no GPU needed); tests/test_suite.py's cuda tests run the real 
 from __future__ import annotations
 
 import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tvm
+from tvm.script import ir as I
+from tvm.script import relax as R
+from tvm.script import tirx as T
 
-from tvmfuse import TvmfuseError, cli, cuda_fault
+from tvmfuse import TvmfuseError, api, cli, cuda_fault
+from tvmfuse.compiler import cuda_source
 from tvmfuse.runtime import Deployed
+
+from cuda_alignment import misaligned
 
 #: What TVM raises at the synchronisation after a kernel faulted (no kernel named).
 ASYNC = ("CUDA Runtime Error: cudaErrorMisalignedAddress (716): misaligned address\n"
@@ -88,3 +97,55 @@ def test_the_cli_reports_a_cuda_error_in_one_line_without_a_traceback(monkeypatc
     assert [r.getMessage() for r in errors] == [
         "CUDA error CUDA_ERROR_MISALIGNED_ADDRESS in kernel fused_conv2d_add_kernel"]
     assert errors[0].exc_info is None and "Traceback" not in capsys.readouterr().err
+
+
+# fmt: off
+@I.ir_module
+class _Misaligned:
+    """A kernel whose 16-byte loads start one half past an aligned address: a misaligned
+    address on the GPU, whatever the inputs."""
+
+    @T.prim_func
+    def misaligned_copy(a: T.Buffer((72,), "float16"), b: T.Buffer((64,), "float16")):
+        for t in T.thread_binding(8, thread="threadIdx.x"):
+            for e in T.vectorized(8):
+                b[t * 8 + e] = a[t * 8 + 1 + e]
+
+    @R.function
+    def main(a: R.Tensor((72,), "float16")) -> R.Tensor((64,), "float16"):
+        cls = _Misaligned
+        return R.call_tir(cls.misaligned_copy, (a,), R.Tensor((64,), "float16"))
+# fmt: on
+
+#: A process that runs the library and prints the one line ``describe`` makes of its error (a
+#: process of its own: a kernel's fault leaves the CUDA context unusable for the tests after it).
+_RUN_AND_DESCRIBE = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from tvmfuse import cuda_fault
+    library, inputs = sys.argv[1:3]
+    try:
+        cuda_fault._run_once(library, inputs)
+    except Exception as err:
+        print(cuda_fault.describe(err, library, [np.load(inputs)["arr_0"]]))
+""")
+
+
+def test_a_kernel_that_faults_on_the_gpu_is_named(tmp_path):
+    """Compiled here (its source has the unaligned 16-byte load the alignment check finds); on a
+    GPU, run: one line, the CUDA error and the kernel."""
+    target = api.get_target("cuda-sm90")
+    with target.tvm_target:
+        executable = tvm.compile(_Misaligned, target=target.tvm_target)
+    assert [(vec, ptr) for _, vec, ptr, *_ in misaligned(cuda_source(executable))] == [
+        ("uint4", "a")]
+    if not tvm.cuda(0).exist:
+        pytest.skip("needs a CUDA GPU (run on the GPU host) to run the kernel")
+    library, inputs = tmp_path / "model.so", tmp_path / "inputs.npz"
+    target.export(executable, str(library))
+    np.savez(inputs, np.zeros(72, "float16"))
+    child = subprocess.run([sys.executable, "-c", _RUN_AND_DESCRIBE, str(library), str(inputs)],
+                           capture_output=True, text=True, timeout=600, check=False)
+    line = child.stdout.strip()
+    assert line.startswith("CUDA error ") and "misaligned address" in line.lower(), child
+    assert line.endswith(" in kernel misaligned_copy_kernel"), child
