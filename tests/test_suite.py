@@ -89,8 +89,8 @@ def test_small_config_on_cuda_as_accurate_as_pytorch(name, dtype):
 def segformer_b0():
     """A SegFormer-B0-like encoder (transformers ``SegformerModel``): stages of 32, 64, 160 and
     256 channels (1, 2, 5 and 8 heads of 32), spatial-reduction attention (keys and values from
-    a conv of stride 8, 4, 2), Mix-FFN depthwise convs; one block a stage, 128 px. The shapes
-    that faulted on the H100 with a misaligned address."""
+    a conv of stride 8, 4, 2: 7 x 7 = 49 keys in every stage), Mix-FFN depthwise convs; one
+    block a stage, 224 px. The shapes that faulted on the H100 with a misaligned address."""
     import torch  # noqa: PLC0415
     import transformers as tf  # noqa: PLC0415
 
@@ -99,7 +99,7 @@ def segformer_b0():
     torch.manual_seed(0)
     config = tf.SegformerConfig(depths=[1, 1, 1, 1], hidden_sizes=[32, 64, 160, 256])
     return (Field(tf.SegformerModel(config).eval(), "last_hidden_state"),
-            (torch.randn(1, 3, 128, 128),))
+            (torch.randn(1, 3, 224, 224),))
 
 
 SEGFORMER = f"{__file__}:segformer_b0"
