@@ -4,9 +4,10 @@ accesses that fault with cudaErrorMisalignedAddress for some shapes, found witho
 
 Index terms are tracked as modular sets (coefficient, base: the values ``coefficient * n +
 base``): thread, block and loop variables are any integer (1, 0), constants exact, and the
-kernel's ``int v = expr;`` definitions are followed. An index the tracking cannot read (a
-select, a min) counts as not provable. Buffers are taken as 16-byte aligned (TVM allocates
-them so), so an index that is a multiple of the vector's elements is an aligned access."""
+kernel's ``int v = expr;`` definitions are followed, a min or max takes the values of either
+side. An index the tracking cannot read (a select) counts as not provable. Buffers are taken
+as 16-byte aligned (TVM allocates them so), so an index that is a multiple of the vector's
+elements is an aligned access."""
 import math
 import re
 import sys
@@ -93,6 +94,13 @@ class M:
 ANY = M(1, 0)
 
 
+def _either(a, b) -> M:
+    """The values of ``min(a, b)`` or ``max(a, b)``: those of either."""
+    a, b = M.of(a), M.of(b)
+    step = math.gcd(math.gcd(a.c, b.c), abs(a.b - b.b))
+    return M(step, a.b)
+
+
 def _balanced(text, start):
     depth = 0
     for i in range(start, len(text)):
@@ -111,15 +119,19 @@ def evaluate(expr, env):
     e = e.replace("threadIdx.x", "ANY").replace("threadIdx.y", "ANY").replace(
         "threadIdx.z", "ANY").replace("blockIdx.x", "ANY").replace("blockIdx.y", "ANY").replace(
         "blockIdx.z", "ANY")
-    if "?" in expr or "min(" in e or "max(" in e:  # a select, a clamp: not tracked
+    if "?" in expr:  # a select: not tracked
         return None
 
-    class Env(dict):
+    helpers = {"ANY": ANY, "min": _either, "max": _either}
+
+    class Env(dict):  # a name the kernel defined, else any integer (a loop variable)
         def __missing__(self, key):
+            if key in helpers:
+                raise KeyError(key)
             return env.get(key, ANY)
     e = e.replace("/", "//").replace("////", "//")
     try:
-        return M.of(eval(e, {"ANY": ANY}, Env()))
+        return M.of(eval(e, helpers, Env()))
     except Exception:
         return None
 

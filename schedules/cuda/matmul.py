@@ -358,9 +358,9 @@ def _aligned_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:
     for iter_var in block.iter_vars:
         analyzer.bind(iter_var.var, 0)
     for region in block.reads:
-        if region.buffer.scope() != "global" or not region.buffer.shape:
+        if region.source.scope() != "global" or not region.source.shape:
             continue
-        for term in (region.buffer.shape[-1], analyzer.simplify(region.region[-1].min)):
+        for term in (region.source.shape[-1], analyzer.simplify(region.region[-1].min)):
             known = analyzer.modular_set(term)
             if known.coeff % lanes or known.base % lanes:
                 return 1
