@@ -135,8 +135,7 @@ def test_a_kernel_that_faults_on_the_gpu_is_named(tmp_path):
     """Compiled here (its source has the unaligned 16-byte load the alignment check finds); on a
     GPU, run: one line, the CUDA error and the kernel."""
     target = api.get_target("cuda-sm90")
-    with target.tvm_target:
-        executable = tvm.compile(_Misaligned, target=target.tvm_target)
+    executable = tvm.compile(_Misaligned, target=target.tvm_target())
     assert [(vec, ptr) for _, vec, ptr, *_ in misaligned(cuda_source(executable))] == [
         ("uint4", "a")]
     if not tvm.cuda(0).exist:
