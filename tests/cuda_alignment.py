@@ -114,7 +114,7 @@ def _balanced(text, start):
 
 
 def evaluate(expr, env):
-    e = re.sub(r"\((?:int|long|int64_t|unsigned int|uint)\)", "", expr)
+    e = re.sub(r"\((?:int|long|int64_t|long long|unsigned int|uint)\)", "", expr)
     e = re.sub(r"(\d+)LL|(\d+)U", lambda m: m.group(1) or m.group(2), e)
     e = e.replace("threadIdx.x", "ANY").replace("threadIdx.y", "ANY").replace(
         "threadIdx.z", "ANY").replace("blockIdx.x", "ANY").replace("blockIdx.y", "ANY").replace(
@@ -175,7 +175,31 @@ def misaligned(source: str) -> list[tuple]:
             if val is None or val.c % need or val.b % need:
                 bad.append((name, vec, ptr, elem, need, None if val is None else (val.c, val.b),
                             idx[:200]))
+        # cp.async through tvmfuse's helper (schedules/cuda/cp_async.py): its name holds the
+        # copy's bytes and the source's element bytes, its fourth argument the source offset
+        for m in re.finditer(r"\btvmfuse_cp_async(?:_pred)?_\w+?_(\d+)_\d+_(\d+)\(", kernel):
+            end = _balanced(kernel, m.end() - 1)
+            args = _split_arguments(kernel[m.end():end])
+            size, element = int(m.group(1)), int(m.group(2))
+            if len(args) < 4 or args[0].startswith("void") or size // element <= 1:
+                continue
+            need = size // element
+            val = evaluate(args[3], env)
+            if val is None or val.c % need or val.b % need:
+                bad.append((name, f"cp.async {size}", args[2], element, need,
+                            None if val is None else (val.c, val.b), args[3][:200]))
     return bad
+
+
+def _split_arguments(text: str) -> list[str]:
+    """The top-level comma-separated arguments of a call's text."""
+    args, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            args.append(text[start:i].strip())
+            start = i + 1
+    return [*args, text[start:].strip()]
 
 
 if __name__ == "__main__":  # python tests/cuda_alignment.py kernels.cu
