@@ -350,13 +350,14 @@ def _ramp_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:
 
 def _aligned_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:
     """``lanes`` where every vector ``block`` copies from a global buffer starts at a multiple
-    of ``lanes`` (the buffer's rows, its last extent, a multiple of it, and the constant part
-    of its last index too: a slice at an odd offset), else 1 (element copies). A vector copy
-    from an unaligned address (cp.async of 16 bytes) faults with a misaligned address: a slice
-    4 halves into rows of 72, attention probabilities over 7 x 7 = 49 keys (SegFormer's)."""
+    of ``lanes`` elements, else 1 (element copies): the buffer's rows (its last extent) a
+    multiple of it, and its last index one wherever the vector's axis (the block's innermost)
+    is (a slice at an odd offset, a conv's window read through a permute). A vector copy from
+    an unaligned address (cp.async of 16 bytes) faults with a misaligned address: SegFormer's
+    8 x 8 stride-8 convs over an NCHW input were copied at odd element offsets."""
     analyzer = tvm.sym.Analyzer()
-    for iter_var in block.iter_vars:
-        analyzer.bind(iter_var.var, 0)
+    inner = block.iter_vars[-1].var
+    analyzer.bind(inner, tirx.Var("vector", inner.ty) * lanes)  # a vector's first element
     for region in block.reads:
         if region.source.scope() != "global" or not region.source.shape:
             continue
