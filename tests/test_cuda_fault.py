@@ -11,9 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tvm
-from tvm.script import ir as I
-from tvm.script import relax as R
-from tvm.script import tirx as T
+from tvm import relax, te
 
 from tvmfuse import TvmfuseError, api, cli, cuda_fault
 from tvmfuse.compiler import cuda_source
@@ -99,23 +97,34 @@ def test_the_cli_reports_a_cuda_error_in_one_line_without_a_traceback(monkeypatc
     assert errors[0].exc_info is None and "Traceback" not in capsys.readouterr().err
 
 
-# fmt: off
-@I.ir_module
-class _Misaligned:
-    """A kernel whose 16-byte loads start one half past an aligned address: a misaligned
-    address on the GPU, whatever the inputs."""
+def _faulting_build(monkeypatch, target):
+    """A GEMM whose A is read 4 halves into rows of 72, scheduled as the tensor-core matmul
+    did before it checked alignment: 16-byte cp.async copies from addresses 8 bytes off, a
+    misaligned address on the GPU whatever the inputs."""
+    from tvmfuse.schedules.cuda import matmul  # noqa: PLC0415
 
-    @T.prim_func
-    def misaligned_copy(a: T.Buffer((72,), "float16"), b: T.Buffer((64,), "float16")):
-        for t in T.thread_binding(8, thread="threadIdx.x"):
-            for e in T.vectorized(8):
-                b[t * 8 + e] = a[t * 8 + 1 + e]
+    a = te.placeholder((128, 72), "float16", name="A")
+    b = te.placeholder((64, 64), "float16", name="B")
+    sliced = te.compute((128, 64), lambda i, j: a[i, j + 4], name="slice")
+    r = te.reduce_axis((0, 64), "k")
+    c = te.compute((128, 64), lambda i, j: te.sum(
+        sliced[i, r].astype("float32") * b[r, j].astype("float32"), axis=r), name="matmul")
+    out = te.compute((128, 64), lambda i, j: c[i, j].astype("float16"), name="T_cast")
+    monkeypatch.setattr(matmul, "_aligned_lanes", lambda block, lanes: lanes)
+    sch = matmul.TensorCoreMatmul().apply(te.create_prim_func([a, b, out]),
+                                          target.tvm_target(), False)
+    kernel = sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr(
+        "global_symbol", "sliced_gemm")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((128, 72), "float16"))
+    w = relax.Var("w", relax.TensorType((64, 64), "float16"))
+    with bb.function("main", [x, w]):
+        gemm = bb.add_func(kernel, "sliced_gemm")
+        y = bb.emit(relax.call_tir(gemm, (x, w), relax.TensorType((128, 64), "float16")))
+        bb.emit_func_output(y)
+    with tvm.transform.PassContext(opt_level=3, config={"tirx.use_async_copy": True}):
+        return tvm.compile(bb.get(), target=target.tvm_target())
 
-    @R.function
-    def main(a: R.Tensor((72,), "float16")) -> R.Tensor((64,), "float16"):
-        cls = _Misaligned
-        return R.call_tir(cls.misaligned_copy, (a,), R.Tensor((64,), "float16"))
-# fmt: on
 
 #: A process that runs the library and prints the one line ``describe`` makes of its error (a
 #: process of its own: a kernel's fault leaves the CUDA context unusable for the tests after it).
@@ -127,24 +136,26 @@ _RUN_AND_DESCRIBE = textwrap.dedent("""
     try:
         cuda_fault._run_once(library, inputs)
     except Exception as err:
-        print(cuda_fault.describe(err, library, [np.load(inputs)["arr_0"]]))
+        with np.load(inputs) as saved:
+            arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+        print(cuda_fault.describe(err, library, arrays))
 """)
 
 
-def test_a_kernel_that_faults_on_the_gpu_is_named(tmp_path):
-    """Compiled here (its source has the unaligned 16-byte load the alignment check finds); on a
-    GPU, run: one line, the CUDA error and the kernel."""
+def test_a_kernel_that_faults_on_the_gpu_is_named(monkeypatch, tmp_path):
+    """Compiled here (its source has the unaligned 16-byte copies the alignment check finds); on
+    a GPU, run: one line, the CUDA error and the kernel."""
     target = api.get_target("cuda-sm90")
-    executable = tvm.compile(_Misaligned, target=target.tvm_target())
-    assert [(vec, ptr) for _, vec, ptr, *_ in misaligned(cuda_source(executable))] == [
-        ("uint4", "a")]
+    executable = _faulting_build(monkeypatch, target)
+    assert {(vec, ptr) for _, vec, ptr, *_ in misaligned(cuda_source(executable))} == {
+        ("cp.async 16", "A_ptr")}
     if not tvm.cuda(0).exist:
         pytest.skip("needs a CUDA GPU (run on the GPU host) to run the kernel")
     library, inputs = tmp_path / "model.so", tmp_path / "inputs.npz"
     target.export(executable, str(library))
-    np.savez(inputs, np.zeros(72, "float16"))
+    np.savez(inputs, np.zeros((128, 72), "float16"), np.zeros((64, 64), "float16"))
     child = subprocess.run([sys.executable, "-c", _RUN_AND_DESCRIBE, str(library), str(inputs)],
                            capture_output=True, text=True, timeout=600, check=False)
     line = child.stdout.strip()
     assert line.startswith("CUDA error ") and "misaligned address" in line.lower(), child
-    assert line.endswith(" in kernel misaligned_copy_kernel"), child
+    assert " in kernel sliced_gemm" in line, child
