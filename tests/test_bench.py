@@ -113,6 +113,61 @@ def test_bench_skips_a_missing_engine_and_checks_every_output(monkeypatch):
     assert report.flops > 0
 
 
+def _failing_engines(monkeypatch):
+    """torch-compile fails to prepare (an Inductor error), torch-compile-freezing runs twice
+    and then fails (as CUDA graphs did at a replay)."""
+    from tvmfuse.bench import engines
+
+    def fail_to_prepare(ctx):
+        raise RuntimeError("storage data ptrs are not allocated in pool\nsecond line")
+
+    def fail_on_third_run(ctx):
+        calls = []
+
+        def run():
+            calls.append(1)
+            if len(calls) > 2:
+                raise RuntimeError("replay failed")
+
+        return engines.Engine("torch-compile-freezing", run, lambda: [], 0.0)
+
+    monkeypatch.setitem(engines._PREPARE, "torch-compile", fail_to_prepare)
+    monkeypatch.setitem(engines._PREPARE, "torch-compile-freezing", fail_on_third_run)
+
+
+def test_bench_skips_a_peer_that_fails_with_one_line(monkeypatch, caplog):
+    _failing_engines(monkeypatch)
+    model = api.import_model("tiny-mobilenet")
+    with caplog.at_level("WARNING", logger="tvmfuse.bench.session"):
+        report = api.bench(model, api.get_target(HOST),
+                           ["tvmfuse", "torch-eager", "torch-compile", "torch-compile-freezing"],
+                           options=api.BuildOptions(), threads=1, repeat=3, max_seconds=5,
+                           peak=False)
+    assert report.skipped == {
+        "torch-compile": "failed to prepare: RuntimeError: storage data ptrs are not allocated "
+                         "in pool",
+        "torch-compile-freezing": "failed to run: RuntimeError: replay failed"}
+    # the others are timed and checked in full
+    assert {r.engine for r in report.results} == {"tvmfuse", "torch-eager"}
+    assert all(r.runs == 3 and r.rel_err <= 1e-4 for r in report.results)
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelname == "WARNING" and r.name == "tvmfuse.bench.session"]
+    assert warnings == [f"skipping {name}: {why}" for name, why in report.skipped.items()]
+
+
+def test_bench_raises_when_tvmfuse_itself_fails(monkeypatch):
+    from tvmfuse.bench import engines
+
+    def fail(ctx):
+        raise RuntimeError("tvmfuse broke")
+
+    monkeypatch.setitem(engines._PREPARE, "tvmfuse", fail)
+    model = api.import_model("tiny-mobilenet")
+    with pytest.raises(RuntimeError, match="tvmfuse broke"):
+        api.bench(model, api.get_target(HOST), ["tvmfuse", "torch-eager"],
+                  options=api.BuildOptions(), threads=1, repeat=3, max_seconds=5, peak=False)
+
+
 def test_unknown_engine_is_an_error():
     from tvmfuse.bench.engines import check_names
 
@@ -197,7 +252,7 @@ def test_stock_tvm_applies_the_same_tuning_database(tmp_path):
             relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR(),
         ])(model.mod)
         tune(fused, target, tmp_path, trials=0, scheduler=strategy.scheduler(spec),
-             progress=False)
+             tir_pipeline=strategy.for_target(spec).tir_pipeline(), progress=False)
 
     def annotated(database):
         mod = pipeline.stock(target, database)(model.mod)

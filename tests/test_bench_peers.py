@@ -60,7 +60,7 @@ def test_a_peer_that_fails_is_skipped_with_one_line_naming_its_error(monkeypatch
         report = bench("tiny-resnet", ["torch-eager", "onnxruntime", "onnxruntime-int8"])
     assert [r.engine for r in report.results] == ["torch-eager"]
     assert report.skipped == {
-        "onnxruntime": "ZeroDivisionError: division by zero",
+        "onnxruntime": "failed to prepare: ZeroDivisionError: division by zero",
         "onnxruntime-int8": "ONNX Runtime's static quantization failed: no tensor to calibrate",
     }
     for name in report.skipped:

@@ -11,10 +11,12 @@ import tvm
 
 from tvmfuse import api
 from tvmfuse.bench.session import bench
+from tvmfuse.compiler import cuda_source
 from tvmfuse.verify import TOLERANCE, verify
 from tvmfuse.zoo import SUITE
 
 from conftest import HOST
+from cuda_alignment import misaligned
 
 TARGET = api.get_target(HOST)
 #: Architectures without attention layers.
@@ -82,3 +84,42 @@ def test_small_config_on_cuda_as_accurate_as_pytorch(name, dtype):
     err = {r.engine: r.rel_err for r in report.results}
     assert err["tvmfuse"] < max(TOLERANCE[dtype], err["torch-eager"]), err
     assert err["tvmfuse"] <= 1.1 * err["torch-eager"], err
+
+
+def segformer_b0():
+    """A SegFormer-B0-like encoder (transformers ``SegformerModel``): stages of 32, 64, 160 and
+    256 channels (1, 2, 5 and 8 heads of 32), spatial-reduction attention (keys and values from
+    a conv of stride 8, 4, 2: 7 x 7 = 49 keys in every stage), Mix-FFN depthwise convs; one
+    block a stage, 224 px. The shapes that faulted on the H100 with a misaligned address."""
+    import torch  # noqa: PLC0415
+    import transformers as tf  # noqa: PLC0415
+
+    from tvmfuse.zoo.suite import Field  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    config = tf.SegformerConfig(depths=[1, 1, 1, 1], hidden_sizes=[32, 64, 160, 256])
+    return (Field(tf.SegformerModel(config).eval(), "last_hidden_state"),
+            (torch.randn(1, 3, 224, 224),))
+
+
+SEGFORMER = f"{__file__}:segformer_b0"
+
+
+def test_segformer_cuda_kernels_access_vectors_aligned():
+    """Compiled for the H100 (here, no GPU needed): every vector load and store of the CUDA
+    source is at an index the shapes keep a multiple of its width."""
+    model = api.import_model(SEGFORMER)
+    compiled = api.compile_model(model, api.get_target("cuda-sm90"),
+                                 api.BuildOptions(use_database=False, dtype="float16"))
+    assert misaligned(cuda_source(compiled.executable)) == []
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
+def test_segformer_on_cuda_runs_and_verifies():
+    model = api.import_model(SEGFORMER)
+    report = bench(model, api.get_target("cuda-sm90"), ["tvmfuse", "torch-eager"],
+                   options=api.BuildOptions(use_database=False, dtype="float16"), threads=1,
+                   repeat=2, max_seconds=2, peak=False, dtype="float16")
+    assert not report.skipped, report.skipped
+    err = {r.engine: r.rel_err for r in report.results}
+    assert err["tvmfuse"] < max(TOLERANCE["float16"], err["torch-eager"]), err

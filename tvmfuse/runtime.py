@@ -80,6 +80,7 @@ class Deployed:
                 self.vm.invoke_stateful("main")
                 outputs = to_numpy(self.vm.get_outputs("main"))
         except Exception as err:  # noqa: BLE001 - the VM raises TVM's errors of every kind
+            self._raise_cuda_error(err, arrays)
             raise TvmfuseError(f"{self.path / self.manifest['library']} did not run on inputs "
                                f"its manifest describes ({one_line(err, 160)}); if "
                                f"{MANIFEST} was edited or the library replaced, rebuild the "
@@ -128,10 +129,26 @@ class Deployed:
         main = self.vm["main"]
 
         def run_once():
-            main(*args)
-            self.device.sync()
+            try:
+                main(*args)
+                self.device.sync()
+            except Exception as err:  # noqa: BLE001 - as in run()
+                self._raise_cuda_error(err, arrays)
+                raise
 
         return run_once
+
+    def _raise_cuda_error(self, err: BaseException, arrays: list[np.ndarray]) -> None:
+        """A TvmfuseError of one line when ``err`` is a CUDA error: the error and the kernel
+        (found by running ``arrays`` again, see :mod:`tvmfuse.cuda_fault`)."""
+        from .cuda_fault import cuda_error, describe  # noqa: PLC0415
+
+        if cuda_error(err) is None:
+            return
+        library = self.path / self.manifest["library"]
+        line = describe(err, library if self.rpc is None else None, arrays)
+        raise TvmfuseError(f"{library} failed on the GPU: {line}; this is a fault of tvmfuse's "
+                           f"kernel: please report it with the model") from err
 
     def _check_open(self) -> None:
         if self.vm is None:

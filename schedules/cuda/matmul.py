@@ -245,7 +245,7 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
         # divide (a patch-embedding conv's NCHW input read through its permute: % 3, / 3136)
         # makes the vector's index math 8 int32 lanes, which TVM's CUDA codegen prints as
         # make_longlong4(8 values): ViT's, CLIP's and Swin's fp16 builds did not compile
-        width = _ramp_lanes(sch.get(copy), vector)
+        width = _aligned_lanes(sch.get(copy), _ramp_lanes(sch.get(copy), vector))
         fused = sch.fuse(*sch.get_loops(copy)[-2:])
         _, ty, tx, lanes = sch.split(fused, [None, tile.warps, WARP, width])
         sch.bind(ty, "threadIdx.y")
@@ -346,6 +346,26 @@ def _ramp_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:
                  and isinstance(node.b, tirx.IntImm) and int(node.b) % lanes and has_inner(node.a)
                  for node in read_index_nodes(block))
     return min(lanes, 4) if broken else lanes
+
+
+def _aligned_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:
+    """``lanes`` where every vector ``block`` copies from a global buffer starts at a multiple
+    of ``lanes`` elements, else 1 (element copies): the buffer's rows (its last extent) a
+    multiple of it, and its last index one wherever the vector's axis (the block's innermost)
+    is (a slice at an odd offset, a conv's window read through a permute). A vector copy from
+    an unaligned address (cp.async of 16 bytes) faults with a misaligned address: SegFormer's
+    8 x 8 stride-8 convs over an NCHW input were copied at odd element offsets."""
+    analyzer = tvm.sym.Analyzer()
+    inner = block.iter_vars[-1].var
+    analyzer.bind(inner, tirx.Var("vector", inner.ty) * lanes)  # a vector's first element
+    for region in block.reads:
+        if region.source.scope() != "global" or not region.source.shape:
+            continue
+        for term in (region.source.shape[-1], analyzer.simplify(region.region[-1].min)):
+            known = analyzer.modular_set(term)
+            if known.coeff % lanes or known.base % lanes:
+                return 1
+    return lanes
 
 
 def _min_blocks_per_sm(func: tirx.PrimFunc, blocks: int) -> tirx.PrimFunc:

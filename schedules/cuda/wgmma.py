@@ -328,7 +328,13 @@ def gemm_kernel(m: int, n: int, k: int, tile: WgmmaTile | None = None,
             # Accumulator j*4 + e of a thread: row 16 * warp + lane / 4 (+ 8 for e >= 2),
             # column 8 * j + 2 * (lane % 4) (+ 1 for odd e).
             T.ptx.bar.sync(T.uint32(1), T.uint32(consumers * WG_THREADS))
-            wg_row = T.meta_var((wg - 1) * WG_M)
+            # The consumer's first row. `wg` is a warp shuffle's value to TVM's analysis (no
+            # bounds), so `wg - 1` as such may be negative to it, and a conv's output row
+            # (divisions of this row) would lower to floor divisions of an unbounded value,
+            # whose offsets overflow int32 (a Wav2Vec2 conv of 1599 pixels: "Literal value
+            # 17581191353856 exceeds range of int32"). Clamped to the consumers' range, every
+            # row is provably non-negative and its divisions plain ones.
+            wg_row = T.meta_var((T.min(T.max(wg, 1), consumers) - 1) * WG_M)
             # the epilogue's values: the stored ones, or the row elements a normalization takes
             value = T.alloc_local((vec,), value_dtype)
             for j in T.unroll(bn // 8):

@@ -15,6 +15,7 @@ from tvmfuse import api
 from tvmfuse.schedules.cuda.matmul import TILES, MmaTile, TensorCoreMatmul, choose_tile
 
 from conftest import build_cuda_kernel, cuda_source, nvcc_compiles
+from cuda_alignment import misaligned
 
 TARGET = api.get_target("cuda-sm90").tvm_target()
 GPU = tvm.cuda(0).exist
@@ -69,6 +70,37 @@ def test_source_has_mma_ldmatrix_and_cp_async_and_nvcc_compiles_it(tmp_path, m, 
     assert "ptx_cp_async_legacy" not in source
     assert ("long long src_off" in source) == aligned
     nvcc_compiles(source, tmp_path)
+
+
+def _sliced_gemm(m, n, k, offset):
+    """fp16 A[:, offset:offset + k] @ B ([K, N]), A's rows ``k + 8`` long: the slice is read
+    through the copies to shared memory."""
+    a = te.placeholder((m, k + 8), "float16", name="A")
+    b = te.placeholder((k, n), "float16", name="B")
+    sliced = te.compute((m, k), lambda i, j: a[i, j + offset], name="slice")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(
+        sliced[i, r].astype("float32") * b[r, j].astype("float32"), axis=r), name="matmul")
+    out = te.compute((m, n), lambda i, j: c[i, j].astype("float16"), name="T_cast")
+    return te.create_prim_func([a, b, out])
+
+
+@pytest.mark.parametrize("func,copied_16_bytes", [
+    (_gemm(3136, 32, 49, batch=1, epilogue=False), False),  # SegFormer's PV: rows of 49 keys
+    (_sliced_gemm(128, 64, 64, 4), False),  # a slice 4 halves into each row
+    (_sliced_gemm(128, 64, 64, 8), True),
+])
+def test_copies_to_shared_memory_are_vectors_only_where_aligned(func, copied_16_bytes):
+    """A 16-byte copy (cp.async) from an address that is not a multiple of 16 bytes faults on
+    the GPU (cudaErrorMisalignedAddress): rows, and offsets into them, that are not whole
+    16-byte pieces are copied element by element."""
+    source = _source(TensorCoreMatmul().apply(func, TARGET, False))
+    assert misaligned(source) == []
+    # (the alignment check reads cp.async's offsets too) B's rows (32 or 64 halves) are copied
+    # 16 bytes at a time in every case; A's only where aligned
+    a_async = [line for line in source.splitlines()
+               if "tvmfuse_cp_async" in line and "A_ptr" in line]
+    assert bool(a_async) == copied_16_bytes
 
 
 def test_widened_offsets_keep_their_values_in_64_bits():

@@ -210,6 +210,18 @@ def test_conv_source_has_4d_tma_and_nvcc_compiles_it(tmp_path):
     nvcc_compiles(source, tmp_path, arch="sm_90a")
 
 
+def test_conv_over_a_long_row_lowers_in_int32(tmp_path):
+    """Wav2Vec2's second feature conv (a conv1d as a 1 x 3 conv, stride 2, 3199 -> 1599 pixels of
+    512 channels): its output rows are divisions of the consumer warpgroup's row, which must be
+    provably non-negative, or their lowering overflows int32 ("Literal value 17581191353856
+    exceeds range of int32")."""
+    geometry = ConvGeometry(1, 1, 3199, 512, 1, 1599, (1, 3), stride=(1, 2))
+    source = _source(gemm_kernel(1599, 512, 3 * 512, conv=geometry, a_shape=(1, 1, 3199, 512),
+                                 b_shape=(512, 1, 3, 512), c_shape=(1, 1, 1599, 512)))
+    assert "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes" in source
+    nvcc_compiles(source, tmp_path, arch="sm_90a")
+
+
 def test_bf16_gemm_is_a_bf16_wgmma():
     found = match_gemm(_fused(256, 256, 64, dtype="bfloat16"), "bfloat16")
     assert found is not None

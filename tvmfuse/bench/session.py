@@ -34,7 +34,8 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
     Every engine computes in ``dtype`` (float32, float16, bfloat16); its outputs are compared
     with the float32 reference (PyTorch eager, or ONNX Runtime for an ONNX file), except the
     peers with a precision of their own (OpenVINO's default, int8). Engines that cannot run here,
-    and peers that fail to prepare or to run, are skipped with the reason in the report.
+    and peers that fail to prepare or to run, are skipped with the reason in the report
+    (tvmfuse's own engines' failures stay errors).
     """
     # Read when TVM's pool starts: the CLI runs this before any kernel has run. Unpinned: this
     # process also hosts PyTorch's and ONNX Runtime's pools, and with TVM's workers bound to
@@ -78,18 +79,24 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
             except engines_.Unavailable as why:
                 _skip(report, name, str(why))
             except Exception as err:  # noqa: BLE001 - the peers' frameworks raise many types
-                if name in OWN:
-                    raise  # tvmfuse's own failure is a bug to see whole
-                _skip(report, name, f"{type(err).__name__}: {one_line(err, 200)}")
+                _skip_failed(report, name, err, "failed to prepare")
     if not prepared:
         raise TvmfuseError("no engine could be prepared; see the warnings above")
-    log.info("timing %s in interleaved rounds", ", ".join(prepared))
     if target.is_gpu:
         report.timer, timer = "cuda-events", cuda_event_timer()
     else:
         timer = wall_clock_ms
-    latencies = measure({n: e.run for n, e in prepared.items()}, repeat=repeat,
-                        warmup=2, max_seconds=max_seconds, timer=timer)
+    while True:  # again without a peer that fails while it is timed
+        log.info("timing %s in interleaved rounds", ", ".join(prepared))
+        try:
+            latencies = measure({n: _failing_as(n, e.run) for n, e in prepared.items()},
+                                repeat=repeat, warmup=2, max_seconds=max_seconds, timer=timer)
+            break
+        except _EngineFailed as failed:
+            _skip_failed(report, failed.engine, failed.__cause__, "failed to run")
+            del prepared[failed.engine]
+            if not prepared:
+                raise TvmfuseError("every engine failed; see the warnings above") from None
     for latency in latencies:
         engine = prepared[latency.engine]
         report.results.append(Result(
@@ -104,6 +111,35 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
 def _skip(report: Report, engine: str, why: str) -> None:
     log.warning("skipping %s: %s", engine, why)
     report.skipped[engine] = why
+
+
+class _EngineFailed(Exception):
+    """Engine ``engine``'s run raised (the cause) while it was timed."""
+
+    def __init__(self, engine: str):
+        super().__init__(engine)
+        self.engine = engine
+
+
+def _failing_as(name: str, run):
+    """``run``, raising :class:`_EngineFailed` for ``name`` from whatever it raises."""
+    def guarded():
+        try:
+            return run()
+        except Exception as err:
+            raise _EngineFailed(name) from err
+
+    return guarded
+
+
+def _skip_failed(report: Report, name: str, err: BaseException, what: str) -> None:
+    """A peer that ``what`` (failed to prepare, to run) is skipped with one warning line naming
+    its error; tvmfuse's own engines raise it."""
+    if name in OWN:
+        raise err
+    text = one_line(err)
+    kind = type(err).__name__
+    _skip(report, name, f"{what}: {text if text.startswith(kind) else f'{kind}: {text}'}")
 
 
 def against_reference(deployed, model: ImportedModel, target: TargetSpec,

@@ -70,14 +70,23 @@ def main(argv: list[str] | None = None) -> int:
         where = f" {err.filename}" if err.filename else ""
         log.error("cannot use%s: %s", where, err.strerror or err)
         return 2
-    except Exception:
+    except Exception as err:
         # the signal arrived inside a TVM call, which hands Python's exception back as its own
         # (RuntimeError: SIGTERM): still an interruption, and the cleanup above has run
         if _stopped:
             log.debug("details", exc_info=True)
             log.error("interrupted (%s)", _stopped[0])
             return 130
-        raise
+        from ..cuda_fault import describe  # noqa: PLC0415
+
+        # a CUDA error raised where no build folder names the library (a peer's timer's
+        # synchronisation): one line, the kernel when the error names it
+        line = describe(err)
+        if line is None:
+            raise
+        log.debug("details", exc_info=True)
+        log.error("%s", line)
+        return 2
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -22,21 +22,40 @@ def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -
     import tvm  # noqa: PLC0415 - engines load their framework when prepared (see the package)
     from tvm import relax  # noqa: PLC0415
 
+    from ...cuda_fault import describe  # noqa: PLC0415
+    from ...errors import TvmfuseError  # noqa: PLC0415
     from ...runtime import to_numpy  # noqa: PLC0415
 
     device = ctx.target.device_here()
-    with tempfile.TemporaryDirectory(prefix="tvmfuse-bench-") as scratch:
-        library = str(Path(scratch) / "model.so")
-        ctx.target.export(executable, library)
-        vm = relax.VirtualMachine(tvm.runtime.load_module(library), device)
+    # kept while the engine lives (its runs refer to it): a CUDA error runs the library again
+    # to name its kernel
+    scratch = tempfile.TemporaryDirectory(prefix="tvmfuse-bench-")
+    library = Path(scratch.name) / "model.so"
+    ctx.target.export(executable, str(library))
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), device)
     args = [tvm.runtime.tensor(a, device) for a in ctx.inputs]
     main = vm["main"]
+
+    def failing_as_one_line(fn):
+        def guarded():
+            try:
+                return fn()
+            except Exception as err:  # noqa: BLE001 - the VM raises TVM's errors of every kind
+                line = describe(err, Path(scratch.name) / library.name, ctx.inputs)
+                if line is None:
+                    raise
+                raise TvmfuseError(f"{name} failed on the GPU: {line}; this is a fault of "
+                                   f"tvmfuse's kernel: please report it with the model") \
+                    from err
+
+        return guarded
 
     def run():
         main(*args)
         device.sync()
 
-    return Engine(name, run, lambda: to_numpy(main(*args)), 0.0, kernels)
+    return Engine(name, failing_as_one_line(run),
+                  failing_as_one_line(lambda: to_numpy(main(*args))), 0.0, kernels)
 
 
 @register("tvmfuse-untuned", name="tvmfuse-untuned", untuned=True)
