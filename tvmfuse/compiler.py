@@ -211,10 +211,10 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
             with times.measure("database"):
                 database = stack.enter_context(
                     _applied_database(target, options, analysis, True))
-            mod = pipeline.run(model.mod, target, options, database=database,
-                               on_phase=_observer(model, options, analysis, times))
-        with buildtime.codegen_split(times, cuda_module=target.is_gpu):
-            executable = pipeline.compile_lowered(mod, target, options)
+            executable = pipeline.build(
+                model.mod, target, options, database=database,
+                on_phase=_observer(model, options, analysis, times),
+                lowering=lambda: buildtime.codegen_split(times, cuda_module=target.is_gpu))
     except CompileError as err:
         raise TvmfuseError(f"TVM failed to compile {model.source} for {target.name}: {err}") \
             from err

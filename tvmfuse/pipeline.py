@@ -7,6 +7,7 @@ after any of them (``--dump-ir``) and read the fusion groups after ``fuse_ops``.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -310,17 +311,14 @@ def run(mod: tvm.IRModule, target: TargetSpec, options: BuildOptions, *,
 
 
 def build(mod: tvm.IRModule, target: TargetSpec, options: BuildOptions, *,
-          database: Path | None = None, on_phase=None):
+          database: Path | None = None, on_phase=None, lowering=None):
     """Run every phase on ``mod`` (as :func:`run` does) and compile the result for ``target``:
-    a ``tvm.relax.Executable``."""
+    a ``tvm.relax.Executable``. ``lowering()``, when given, is a context the compilation runs
+    in (the build's timing of it)."""
     plan = _plan(target, options, database)
-    return _lower(_run(plan, mod, None, on_phase), plan)
-
-
-def compile_lowered(mod: tvm.IRModule, target: TargetSpec, options: BuildOptions):
-    """Compile ``mod``, the output of a whole :func:`run`, for ``target`` (what :func:`build`
-    does after the phases): a ``tvm.relax.Executable``."""
-    return _lower(mod, _plan(target, options, None))
+    mod = _run(plan, mod, None, on_phase)
+    with lowering() if lowering is not None else contextlib.nullcontext():
+        return _lower(mod, plan)
 
 
 def _run(plan: _Plan, mod: tvm.IRModule, until: str | None, on_phase) -> tvm.IRModule:
