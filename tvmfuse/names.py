@@ -30,6 +30,19 @@ PREPACK = "tvmfuse.prepack"
 #: record whose rule has changed version since is not applied (its trace would replay the old
 #: rule's decisions on the new rule's loops).
 SPACE = "tvmfuse.space"
+
+
+def space_of(rule_name: str, version: int) -> str:
+    """The SPACE value of a schedule from ``rule_name``'s design space at ``version``."""
+    return f"{rule_name}@{version}"
+
+
+def parse_space(space: str) -> tuple[str, str]:
+    """``(rule name, version)`` of a SPACE value (see :func:`space_of`)."""
+    name, _, version = space.rpartition("@")
+    return name, version
+
+
 #: TVM's PrimFunc attribute: the fusion pattern kind (``OpPatternKind``) FuseOps reads.
 OP_PATTERN = "op_pattern"
 #: ``op_pattern`` values of TVM's OpPatternKind.

@@ -55,12 +55,8 @@ class ApplyDatabase:
             sch = hand_written(mod[gvar], target, self.scheduler, gvar.name_hint)
             if sch is None or seed_rule(sch.mod["main"]) != rule:
                 continue  # the rule no longer takes it: the seed stays
-            fresh = sch.mod["main"]
-            for key, value in func.attrs.items():
-                fresh = fresh.with_attr(key, value)
-            applied[gvar] = fresh
+            applied[gvar] = _with_attrs_of(sch.mod["main"], func)
         return applied
-
 
     def _searched(self, func: tirx.PrimFunc, unscheduled: tirx.PrimFunc, target, space: str,
                   kernel: str) -> tirx.PrimFunc:
@@ -68,21 +64,22 @@ class ApplyDatabase:
         PrepackWeights, where the rule is still at the record's version; else the rule's
         schedule as it is now (the old trace's decisions would be replayed on the new rule's
         loops)."""
-        name, _, version = space.rpartition("@")
-        rule = next((r for r in (*self.scheduler.rules, *self.scheduler.small_reduction_rules)
-                     if getattr(r, "name", None) == name), None)
+        name, version = names.parse_space(space)
+        rule = self.scheduler.rule(name)
         if rule is not None and str(getattr(rule, "version", "")) == version:
             return with_prepack_blocks(func)
         log.warning("%s: its tuning record is from %s, which is now %s; scheduled by the rule "
                     "instead (tune it again)", kernel, space,
                     f"version {rule.version}" if rule is not None else "gone")
         sch = hand_written(unscheduled, target, self.scheduler, kernel)
-        if sch is None:
-            return func
-        fresh = sch.mod["main"]
-        for key, value in func.attrs.items():
-            fresh = fresh.with_attr(key, value)
-        return fresh
+        return func if sch is None else _with_attrs_of(sch.mod["main"], func)
+
+
+def _with_attrs_of(fresh: tirx.PrimFunc, record: tirx.PrimFunc) -> tirx.PrimFunc:
+    """``fresh`` (the rule's schedule now) with the attributes the database's record has."""
+    for key, value in record.attrs.items():
+        fresh = fresh.with_attr(key, value)
+    return fresh
 
 
 def _without_broken_records(folder: Path, scratch: Path) -> bool:

@@ -62,6 +62,11 @@ class ApplyScheduleRules:
                 log.debug("%s scheduled by %s", gvar.name_hint, name)
         return updated
 
+    def rule(self, name: str):
+        """The rule called ``name`` (its :func:`rule_name`), or None."""
+        return next((r for r in (*self.rules, *self.small_reduction_rules)
+                     if rule_name(r) == name), None)
+
     def schedule(self, func: tirx.PrimFunc, target, kernel: str = "main"):
         """The name of the first rule that schedules ``func`` and its schedule, or None.
 

@@ -154,13 +154,15 @@ class Timer:
                 built[index] = RuntimeError(f"building the kernel failed: {reason}")
         return built
 
-    def load(self, func: tirx.PrimFunc, device: int = 0):
-        """A callable ``() -> seconds`` timing ``func`` (scheduled) on fixed random arguments,
-        on the ``device``-th RPC device (over RPC) or here."""
-        (found,) = self.build_many([func])
-        if isinstance(found, Exception):
-            raise found
-        return self._loaded(*found, device)
+    def load(self, funcs: Sequence[tirx.PrimFunc], device: int = 0) -> list:
+        """A callable ``() -> seconds`` for each of ``funcs`` (scheduled, built together),
+        timing it on fixed random arguments, on the ``device``-th RPC device (over RPC) or
+        here; the first error a kernel failed with is raised."""
+        built = self.build_many(funcs)
+        failed = next((b for b in built if isinstance(b, Exception)), None)
+        if failed is not None:
+            raise failed
+        return [self._loaded(*found, device) for found in built]
 
     def _loaded(self, path: str, specs, device_index: int):
         kind = "cuda" if self.target.kind.name == "cuda" else "cpu"
@@ -183,7 +185,8 @@ class Timer:
 
     def __call__(self, func: tirx.PrimFunc) -> float:
         """Seconds per call of ``func`` (scheduled)."""
-        return self.load(func)()
+        (timing,) = self.load([func])
+        return timing()
 
     def time_many(self, funcs: Sequence[tirx.PrimFunc]) -> list[float | Exception]:
         """Seconds per call of each of ``funcs``, or the error it failed with: built in the

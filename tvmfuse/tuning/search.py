@@ -55,19 +55,6 @@ MUTATE_TILE_SIZE = 0.9
 VERIFY_CANDIDATES, VERIFY_ROUNDS = 3, 5
 
 
-def space_of(rule_name: str, version: int) -> str:
-    """The ``tvmfuse.space`` value of a schedule from ``rule_name``'s space at ``version``."""
-    return f"{rule_name}@{version}"
-
-
-def rule_for(scheduler: ApplyScheduleRules, name: str):
-    """The rule of ``scheduler`` called ``name`` (its ``name`` attribute), or None."""
-    for rule in (*scheduler.rules, *scheduler.small_reduction_rules):
-        if getattr(rule, "name", None) == name:
-            return rule
-    return None
-
-
 def design_space(func, target, scheduler: ApplyScheduleRules) -> list[s_tir.Schedule] | None:
     """The design space of the rule that schedules ``func`` (the untuned choice first), its
     schedules' root blocks annotated with the rule's space and version; None where that rule has
@@ -75,10 +62,10 @@ def design_space(func, target, scheduler: ApplyScheduleRules) -> list[s_tir.Sche
     found = scheduler.schedule(func, target)
     if found is None:
         return None
-    rule = rule_for(scheduler, found[0])
+    rule = scheduler.rule(found[0])
     space = rule.space(func, target) if hasattr(rule, "space") else []
     for sch in space:
-        sch.annotate(sch.get_sblock("root"), names.SPACE, space_of(rule.name, rule.version))
+        sch.annotate(sch.get_sblock("root"), names.SPACE, names.space_of(rule.name, rule.version))
     return space or None
 
 
@@ -176,8 +163,8 @@ def verify(seed_func, candidates: list[Candidate], timer: Timer,
             distinct.append(candidate)
         if len(distinct) == count:
             break
-    timings = [timer.load(seed_func)] + [timer.load(c.sch.mod["main"]) for c in distinct]
-    seconds = alternate(timings, rounds)
+    seconds = alternate(timer.load([seed_func, *(c.sch.mod["main"] for c in distinct)]),
+                        rounds)
     if not distinct:
         return Verdict(seconds[0], None, [], False)
     best = min(range(len(distinct)), key=lambda i: statistics.median(seconds[i + 1]))

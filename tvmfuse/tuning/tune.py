@@ -238,10 +238,8 @@ def tune(mod, target, database_dir: Path, *, trials: int, scheduler: ApplySchedu
             pending: dict[str, tuple] = {}
             # one RPC session for the whole job
             with Timer(target, tir_pipeline, remote=remote, cross_cc=cross_cc) as timer:
-                for task, plan in zip(tasks, plans):
-                    if only is None or plan.name in only:
-                        plan.seconds = _seed(task, plan, target, scheduler, existing, pending,
-                                             timer)
+                _seed([(t, p) for t, p in zip(tasks, plans) if only is None or p.name in only],
+                      target, scheduler, existing, pending, timer)
                 _plan_search(plans, trials, top_k, retune, only, trials_per_iter)
                 for plan in plans:
                     if not plan.trials and plan.name in pending:
@@ -287,24 +285,30 @@ def _existing(database_dir: Path, target):
     return found
 
 
-def _seed(task, plan: TaskPlan, target, scheduler: ApplyScheduleRules, existing,
-          pending: dict, timer: Timer) -> float | None:
-    """Measure the task's best existing record, or seed it with the hand-written schedule (its
-    record into ``pending``, by task name). Returns seconds per launch (None when neither
-    exists or it cannot run here)."""
-    workload = task.dispatched[0]
-    record = existing.query_tuning_record(workload, target, task.task_name)
-    if record is not None:
-        plan.tuned = not is_seed(record.trace)  # a seed alone is no search
-        run_secs = [float(s) for s in record.run_secs or []]
-        return min(run_secs) if run_secs else None
-    schedule = hand_written(workload["main"], target, scheduler)
-    if schedule is None:
-        return None
-    seconds = timer(schedule.mod["main"])
-    pending[plan.name] = (schedule.trace, workload, [seconds])
-    log.debug("seeded %s: %.3f ms", plan.name, seconds * 1e3)
-    return seconds
+def _seed(todo, target, scheduler: ApplyScheduleRules, existing, pending: dict,
+          timer: Timer) -> None:
+    """Set each ``(task, plan)``'s seconds per launch: its best existing record's, or its
+    hand-written schedule's, timed (all built together) and put into ``pending`` by task name
+    as the seed record; None where neither exists."""
+    fresh = []
+    for task, plan in todo:
+        workload = task.dispatched[0]
+        record = existing.query_tuning_record(workload, target, task.task_name)
+        if record is not None:
+            plan.tuned = not is_seed(record.trace)  # a seed alone is no search
+            run_secs = [float(s) for s in record.run_secs or []]
+            plan.seconds = min(run_secs) if run_secs else None
+            continue
+        schedule = hand_written(workload["main"], target, scheduler)
+        if schedule is not None:
+            fresh.append((plan, schedule, workload))
+    timed = timer.time_many([schedule.mod["main"] for _, schedule, _ in fresh])
+    for (plan, schedule, workload), seconds in zip(fresh, timed):
+        if isinstance(seconds, Exception):
+            raise seconds
+        plan.seconds = seconds
+        pending[plan.name] = (schedule.trace, workload, [seconds])
+        log.debug("seeded %s: %.3f ms", plan.name, seconds * 1e3)
 
 
 def is_seed(trace) -> bool:
