@@ -13,7 +13,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvmfuse import api, names, strategy
 from tvmfuse.schedules.cpu import Dense, _blocked
 from tvmfuse.tuning import database as tuning_db
-from tvmfuse.tuning.measure import Timer, as_built
+from tvmfuse.tuning.measure import Timer, as_built, beats
 from tvmfuse.tuning.search import design_space
 from tvmfuse.verify import verify
 
@@ -138,3 +138,10 @@ def test_a_record_of_an_older_rule_version_is_not_applied(tmp_path, monkeypatch,
     assert f"its tuning record is from cpu.dense@{Dense.version - 1}" in caplog.text
     assert not stale.analysis.implementations[task.task_name].startswith("tuned")
     verify(api.load(api.build(stale, tmp_path / "stale")), model)
+
+
+def test_a_record_replaces_its_seed_only_by_more_than_the_spread_and_one_slow_round_is_noise():
+    seed = [1.00, 1.02, 0.99, 1.01, 1.00]
+    assert beats([0.90, 0.91, 0.89, 0.90, 1.60], seed)  # another job hit one round
+    assert not beats([0.99, 1.00, 0.98, 1.00, 0.99], seed)  # within the spread
+    assert not beats([0.90, 1.10, 0.85, 1.05, 0.95], seed)  # the candidate's own spread is wider
