@@ -62,6 +62,9 @@ class Vector:
     #: Bytes of L2 cache each core has (the host's read from sysfs, a named core's from
     #: ``_L2_BYTES``; 1 MiB where unknown). GEMM tiles size their weight panels by it.
     l2_bytes: int = 1 << 20
+    #: Whether one instruction adds the products of bf16 pairs into float32 lanes (AVX-512
+    #: BF16's ``vdpbf16ps``, as LLVM's CPU model says): a bf16 build's GEMMs and convs use it.
+    dot_bf16: bool = False
 
 
 #: L2 cache per core of the CPUs tvmfuse names (LLVM's names), from the vendors' data sheets; a
@@ -238,6 +241,14 @@ def _host_cpu() -> str:
     return codegen.llvm_get_system_cpu()
 
 
+def _llvm_has(cpu: str, feature: str) -> bool:
+    """Whether LLVM's model of the CPU ``cpu`` has ``feature`` (``avx512bf16``)."""
+    import tvm  # noqa: PLC0415 - keep `import tvmfuse` light
+
+    return bool(tvm.target.codegen.target_has_features(
+        feature, tvm.target.Target({"kind": "llvm", "mcpu": cpu})))
+
+
 def _avx512(cpu: str | None = None) -> TargetSpec:
     # On a host without AVX-512 the library still builds (for deployment elsewhere) for a
     # generic AVX-512 core; it just cannot run here.
@@ -253,7 +264,8 @@ def _avx512(cpu: str | None = None) -> TargetSpec:
         description=f"this host's x86-64 CPU with AVX-512 ({cpu}, {_host_cores()} cores)",
         rules_section="avx512",
         cpu_flags=("avx512f",),
-        vector=Vector(lanes=16, registers=32, core=cpu, l2_bytes=_l2_bytes(cpu, here)),
+        vector=Vector(lanes=16, registers=32, core=cpu, l2_bytes=_l2_bytes(cpu, here),
+                      dot_bf16=_llvm_has(cpu, "avx512bf16")),
     )
 
 

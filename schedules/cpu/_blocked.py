@@ -52,6 +52,7 @@ from ..tir_util import (
     static_int,
     uses,
 )
+from . import bf16_dot
 from ._tiles import Tile, choose_tile, dividing_if_better, dividing_tile, tile_score
 from ._tir import Vector, parallelize
 
@@ -300,8 +301,10 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
 
     blocks = root_blocks(sch)
     position = _position(sch, anchor)
-    pack_panels(sch, anchor, vector_axis[-1], tile.blocks * tile.lanes,
-                key=PREPACK if space else LAYOUT_REWRITE_PREPROC)
+    pairs = _bf16_pairs(sch, anchor, vector, tile)
+    packing = pack_panels(sch, anchor, vector_axis[-1], tile.blocks * tile.lanes,
+                          key=PREPACK if space else LAYOUT_REWRITE_PREPROC, pairs=pairs)
+    pairs = pairs and packing is not None
     for producer in blocks[:position]:
         if {LAYOUT_REWRITE_PREPROC, PREPACK} & set(sch.get(producer).annotations):
             continue  # a padded weight, packed at build time
@@ -334,13 +337,20 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
                        if outer[0] is col_outer and (col_tiles or 0) > 1
                        else None)
     sch.reorder(*outer, *reduce, *inner)
+    if pairs:
+        # the innermost reduction in steps of one pair, each pair's products summed by the
+        # instruction inside the lanes' loop
+        steps, pair = sch.split(reduce[-1], [None, bf16_dot.PAIR])
+        sch.reorder(steps, *inner, pair)
+        reduce = [*reduce[:-1], steps]
     if space:
         reduce = _sample_reduction(sch, reduce)
     tiles = sch.fuse(*outer) if len(outer) > 1 else outer[0]
     sch.parallel(tiles)
     for loop in inner[:-1]:
         sch.unroll(loop)
-    sch.vectorize(inner[-1])
+    if not pairs:
+        sch.vectorize(inner[-1])
 
     for output in outputs:
         sch.reverse_compute_at(output, tiles)
@@ -360,6 +370,9 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         sch.vectorize(lane)
     init = sch.decompose_reduction(anchor, reduce[0])
     sch.vectorize(sch.get_loops(init)[-1])
+    if pairs:
+        sch.tensorize(inner[-1], bf16_dot.DPBF16)
+        bf16_dot.link(sch, tiles)
     width = tile.blocks * tile.lanes
     if per_column_tile and any(_columns(sch, output) % width for output in outputs):
         # the last column tile writes fewer columns than it computes, under a predicate that
@@ -477,7 +490,7 @@ def _merge_rows(sch: s_tir.Schedule, anchor, run: range) -> None:
 
 
 def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
-                key: str = LAYOUT_REWRITE_PREPROC):
+                key: str = LAYOUT_REWRITE_PREPROC, pairs: bool = False):
     """Read the anchor's weights in panels of ``panel`` output columns, packed at build time.
 
     A weight ``W[k..., n]`` that the kernel's ``layout_free_buffers`` attribute names (a
@@ -488,7 +501,9 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
     constant (PrepackWeights).
     Then a register tile's weights for one reduction step are one contiguous ``panel`` of floats,
     and consecutive steps are next to each other, where ``W`` has them ``N`` floats apart.
-    ``key`` is the annotation (PREPACK in a design space's schedules).
+    ``key`` is the annotation (PREPACK in a design space's schedules). With ``pairs`` (see
+    :func:`_bf16_pairs`) the innermost reduction axis is split in pairs, each pair next to each
+    other in the panel: ``P[n // panel, ..., k // 2, n % panel, k % 2]``.
     Returns the packing block, or None when no weight qualifies.
     """
     weights = _layout_free_weights(sch)
@@ -498,8 +513,8 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
     spatial = [iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
     # the reduction axes, and the batch axes of a batched matmul (not the rows: those a
     # weight is shared by)
-    shared = [iv.var for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
-    shared += spatial[:-2]
+    reduction = [iv.var for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
+    shared = reduction + spatial[:-2]
     padded = [(sch.get(p).writes[0].source, p) for p in sch.get_producers(anchor)
               if _pads_one_of(sch, p, weights)]
     for index, region in enumerate(block.reads):
@@ -511,12 +526,41 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
                 any(s.same_as(r) for r in shared) for s in starts[:-1])):
             continue
         # a weight padded to whole panels (see _pad) is packed by its padding block
+        if pairs and not starts[-2].same_as(reduction[-1]):
+            continue  # not read along the innermost reduction axis
         packing = pads[0] if pads else sch.cache_read(anchor, index, "global")
         sch.annotate(packing, key, True)
-        sch.transform_layout(anchor, ("read", index),
-                             lambda *i: (i[-1] // panel, *i[:-1], i[-1] % panel))
+        if pairs:
+            sch.transform_layout(anchor, ("read", index), lambda *i: (
+                i[-1] // panel, *i[:-2], i[-2] // 2, i[-1] % panel, i[-2] % 2))
+        else:
+            sch.transform_layout(anchor, ("read", index),
+                                 lambda *i: (i[-1] // panel, *i[:-1], i[-1] % panel))
         return packing
     return None
+
+
+def _bf16_pairs(sch: s_tir.Schedule, anchor, vector: Vector, tile: Tile) -> bool:
+    """Whether the anchor's tile runs on the core's bf16 pair dot product
+    (:mod:`.bf16_dot`): float32 sums of bf16 x bf16 products (a bf16 build's GEMMs and convs),
+    over an even innermost reduction, in tiles of the instruction's lanes, on a core that has it.
+    """
+    if not vector.dot_bf16 or tile.lanes != bf16_dot.LANES:
+        return False
+    block = sch.get(anchor)
+    store = block.body
+    if not isinstance(store, tirx.BufferStore) or store.buffer.dtype != "float32":
+        return False
+    value = store.value
+    if not (isinstance(value, tirx.Add) and isinstance(value.b, tirx.Mul)):
+        return False
+    factors = (value.b.a, value.b.b)
+    if not all(isinstance(f, tirx.Cast) and isinstance(f.value, TensorLoad)
+               and f.value.source.dtype == "bfloat16" for f in factors):
+        return False
+    inner = [iv for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar][-1]
+    extent = static_int(inner.dom.extent)
+    return extent is not None and extent % bf16_dot.PAIR == 0
 
 
 def _pads_weights(sch: s_tir.Schedule, anchor) -> bool:

@@ -1,0 +1,85 @@
+"""The bfloat16 pair dot product of AVX-512 BF16 (``vdpbf16ps``) as a TensorIR intrinsic.
+
+One instruction takes sixteen float32 accumulators, one pair of bf16 inputs (broadcast to all
+sixteen lanes) and sixteen pairs of bf16 weights, and adds to each accumulator the two products
+of its pair: 32 multiply-adds where a float32 FMA does 16. The register-blocked GEMMs and convs
+of a bf16 build (:func:`tvmfuse.schedules.cpu._blocked.block_anchor`) tensorize their innermost
+``16 lanes x 2 reduction steps`` with it, reading weights packed as ``[.., k // 2, 16, k % 2]``.
+
+TVM's LLVM code generator has no ``bfloat`` vector type (it stores bf16 as 16-bit integers and
+computes in float32: ``BF16ComputeLegalize``, which also turns a kernel's own bf16 buffers into
+float32 ones unless their pointer is taken), so the instruction's LLVM intrinsic, which takes
+``<32 x bfloat>``, is called through a small function written in LLVM IR, given the addresses of
+the input pair and of the weights' pairs: :data:`IMPORT` links it into the kernel's module and
+LLVM inlines it (``pragma_import_llvm`` marks imported functions always-inline), leaving one
+``vdpbf16ps`` reading the weights from memory with the input pair broadcast.
+"""
+
+from __future__ import annotations
+
+from tvm.s_tir import TensorIntrin
+from tvm.script import tirx as T
+
+#: Float32 lanes of one accumulator vector, and bf16 values per lane's pair.
+LANES, PAIR = 16, 2
+# the same as the int64 indices of Relax's kernels, which tensorize matches exactly
+_0, _LANES, _PAIR = (T.int64(n) for n in (0, LANES, PAIR))
+
+_FUNCTION = "tvmfuse_dpbf16ps"
+
+#: The loop annotation that links :data:`_LLVM_IR` into a kernel calling :data:`_FUNCTION`.
+IMPORT = "pragma_import_llvm"
+
+_LLVM_IR = f"""
+define <16 x float> @{_FUNCTION}(<16 x float> %acc, ptr %a, ptr %b) {{
+  %a.pair = load i32, ptr %a, align 2
+  %a.one = insertelement <16 x i32> poison, i32 %a.pair, i64 0
+  %a.all = shufflevector <16 x i32> %a.one, <16 x i32> poison, <16 x i32> zeroinitializer
+  %b.pairs = load <16 x i32>, ptr %b, align 2
+  %a.bf16 = bitcast <16 x i32> %a.all to <32 x bfloat>
+  %b.bf16 = bitcast <16 x i32> %b.pairs to <32 x bfloat>
+  %sum = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc,
+                                                             <32 x bfloat> %a.bf16,
+                                                             <32 x bfloat> %b.bf16)
+  ret <16 x float> %sum
+}}
+declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)
+"""
+
+
+@T.prim_func(s_tir=True)
+def _desc(A: T.Buffer((_PAIR,), "bfloat16", offset_factor=1),
+          B: T.Buffer((_LANES, _PAIR), "bfloat16", offset_factor=1),
+          C: T.Buffer((_LANES,), "float32", offset_factor=1, scope="local")) -> None:
+    with T.sblock("root"):
+        T.reads(C[_0:_LANES], A[_0:_PAIR], B[_0:_LANES, _0:_PAIR])
+        T.writes(C[_0:_LANES])
+        for i in T.serial(_0, _LANES):
+            for k in T.serial(_0, _PAIR):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    C[vi] = C[vi] + T.Cast("float32", A[vk]) * T.Cast("float32", B[vi, vk])
+
+
+@T.prim_func(s_tir=True)
+def _impl(A: T.Buffer((_PAIR,), "bfloat16", offset_factor=1),
+          B: T.Buffer((_LANES, _PAIR), "bfloat16", offset_factor=1),
+          C: T.Buffer((_LANES,), "float32", offset_factor=1, scope="local")) -> None:
+    with T.sblock("root"):
+        T.reads(C[_0:_LANES], A[_0:_PAIR], B[_0:_LANES, _0:_PAIR])
+        T.writes(C[_0:_LANES])
+        C[T.ramp(T.int64(0), 1, LANES)] = T.call_extern(
+            "float32x16", _FUNCTION, C[T.ramp(T.int64(0), 1, LANES)],
+            T.tvm_access_ptr(T.type_annotation("uint16"), A.data, A.elem_offset, _PAIR, 1),
+            T.tvm_access_ptr(T.type_annotation("uint16"), B.data, B.elem_offset, _LANES * _PAIR,
+                             1))
+
+
+#: The intrinsic's name for ``Schedule.tensorize``.
+DPBF16 = "tvmfuse.avx512_dpbf16ps_16x2"
+TensorIntrin.register(DPBF16, _desc, _impl, override=True)
+
+
+def link(sch, loop) -> None:
+    """Annotate ``loop`` (one enclosing every tensorized call) to link the function they call."""
+    sch.annotate(loop, IMPORT, _LLVM_IR)
