@@ -277,16 +277,28 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         if choice.pad_columns and not geo.pads_weights:
             return None
     tile = chosen.tile if not chosen.pad_columns else fallback
+    padded_columns = False
     if chosen.pad_columns:
         if _pad(sch, anchor, chosen.tile, columns=True,
                 rows=_row_multiple(rows, chosen.tile, merged)):
-            tile = chosen.tile
+            tile, padded_columns = chosen.tile, True
     else:
         if forced and (cols % tile.lanes or (cols // tile.lanes) % tile.blocks):
             return None  # columns that a forced unpadded tile does not divide
         _pad(sch, anchor, tile, rows=_row_multiple(rows, tile, merged))
     if tile is None:
         return None
+    pairs = _bf16_pairs(sch, anchor, vector, tile)
+    conv = sum(iv.iter_type != tirx.IterVar.DataPar for iv in sch.get(anchor).iter_vars) > 1
+    if pairs and (conv or merged is not None) and (rows is None or rows % tile.rows):
+        # rows never padded (a conv's, merged ones) that the tile does not divide: a predicated
+        # last tile, which tensorize cannot match; rows in a tile that divides them instead
+        dividing = (None if forced or padded_columns or rows is None
+                    else dividing_tile(rows, cols, vector, depth=geo.depth))
+        if dividing is not None and dividing.lanes == tile.lanes:
+            tile = dividing
+        else:
+            pairs = False
     if merged is not None:
         _merge_rows(sch, anchor, merged)
     block = sch.get(anchor)
@@ -301,7 +313,6 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
 
     blocks = root_blocks(sch)
     position = _position(sch, anchor)
-    pairs = _bf16_pairs(sch, anchor, vector, tile)
     packing = pack_panels(sch, anchor, vector_axis[-1], tile.blocks * tile.lanes,
                           key=PREPACK if space else LAYOUT_REWRITE_PREPROC, pairs=pairs)
     pairs = pairs and packing is not None
@@ -362,7 +373,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
             # from its last one, which the column predicate masks (PART_TAIL); fused with the
             # rows, a vector would span two rows and every store was predicated per lane
             vectors, lane = sch.split(tail[-1], [None, tile.lanes])
-            if columns > tile.lanes:
+            if columns > tile.lanes and not pairs:
                 sch.annotate(vectors, PART_TAIL, columns // tile.lanes)
         else:
             fused = sch.fuse(*tail) if len(tail) > 1 else tail[0]
@@ -374,9 +385,12 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         sch.tensorize(inner[-1], bf16_dot.DPBF16)
         bf16_dot.link(sch, tiles)
     width = tile.blocks * tile.lanes
-    if per_column_tile and any(_columns(sch, output) % width for output in outputs):
+    if (per_column_tile and any(_columns(sch, output) % width for output in outputs)
+            and not pairs):
         # the last column tile writes fewer columns than it computes, under a predicate that
-        # scalarized every tile's stores: its iterations run apart (tvmfuse.passes.part_tail)
+        # scalarized every tile's stores: its iterations run apart (tvmfuse.passes.part_tail).
+        # Not a bf16 pair tile's: PartTail lowers the kernel's blocks before TVM's lowering,
+        # whose CompactBufferAllocation then fails on the tensorized call's vector accesses
         sch.annotate(tiles, PART_TAIL, (col_tiles - 1) * per_column_tile)
     return tiles
 

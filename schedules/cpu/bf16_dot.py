@@ -31,13 +31,9 @@ _FUNCTION = "tvmfuse_dpbf16ps"
 IMPORT = "pragma_import_llvm"
 
 _LLVM_IR = f"""
-define <16 x float> @{_FUNCTION}(<16 x float> %acc, ptr %a, ptr %b) {{
-  %a.pair = load i32, ptr %a, align 2
-  %a.one = insertelement <16 x i32> poison, i32 %a.pair, i64 0
-  %a.all = shufflevector <16 x i32> %a.one, <16 x i32> poison, <16 x i32> zeroinitializer
-  %b.pairs = load <16 x i32>, ptr %b, align 2
-  %a.bf16 = bitcast <16 x i32> %a.all to <32 x bfloat>
-  %b.bf16 = bitcast <16 x i32> %b.pairs to <32 x bfloat>
+define <16 x float> @{_FUNCTION}(<16 x float> %acc, <16 x i32> %a, <16 x i32> %b) {{
+  %a.bf16 = bitcast <16 x i32> %a to <32 x bfloat>
+  %b.bf16 = bitcast <16 x i32> %b to <32 x bfloat>
   %sum = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc,
                                                              <32 x bfloat> %a.bf16,
                                                              <32 x bfloat> %b.bf16)
@@ -68,11 +64,14 @@ def _impl(A: T.Buffer((_PAIR,), "bfloat16", offset_factor=1),
     with T.sblock("root"):
         T.reads(C[_0:_LANES], A[_0:_PAIR], B[_0:_LANES, _0:_PAIR])
         T.writes(C[_0:_LANES])
-        C[T.ramp(T.int64(0), 1, LANES)] = T.call_extern(
-            "float32x16", _FUNCTION, C[T.ramp(T.int64(0), 1, LANES)],
-            T.tvm_access_ptr(T.type_annotation("uint16"), A.data, A.elem_offset, _PAIR, 1),
-            T.tvm_access_ptr(T.type_annotation("uint16"), B.data, B.elem_offset, _LANES * _PAIR,
-                             1))
+        # the addresses of A and B, taken and unused, keep a kernel's own bf16 buffers bf16
+        T.evaluate(T.tvm_access_ptr(T.type_annotation("uint16"), A.data, A.elem_offset, _PAIR, 1))
+        T.evaluate(T.tvm_access_ptr(T.type_annotation("uint16"), B.data, B.elem_offset,
+                                    _LANES * _PAIR, 1))
+        C[T.ramp(_0, 1, LANES)] = T.call_extern(
+            "float32x16", _FUNCTION, C[T.ramp(_0, 1, LANES)],
+            T.broadcast(T.reinterpret("int32", A.vload([_0], "bfloat16x2")), LANES),
+            T.reinterpret("int32x16", B.vload([_0, _0], "bfloat16x32")))
 
 
 #: The intrinsic's name for ``Schedule.tensorize``.

@@ -114,3 +114,35 @@ def test_depthwise_convs_over_odd_channels_take_the_depthwise_schedule(channels,
     assert "cpu.parallel" not in implementations.values()
     (check,) = verify(api.load(api.build(compiled, tmp_path / "out")), imported)
     assert check.rel_err < 1e-5
+
+
+def test_a_bf16_conv_over_odd_input_channels_reads_one_zero_channel_more_on_a_pair_core():
+    """An RGB stem in bf16, for a core with the bf16 pair dot product: one zero input channel
+    and a zero weight for it (the 77 output channels padded and sliced as before); in float32,
+    or without the pair instruction, the input channels stay 3."""
+    params = {"x": (1, 9, 9, 3), "w": (3, 3, 3, 77)}
+
+    def conv(bb, x, w):
+        return relax.op.nn.conv2d(x, w, strides=2, padding=1, data_layout="NHWC",
+                                  kernel_layout="HWIO", out_dtype="float32")
+
+    def paired(bb, x, w):
+        data = bb.emit(relax.op.nn.pad(x, [0, 0, 0, 0, 0, 0, 0, 1]))
+        weights = bb.emit(relax.op.nn.pad(w, [0, 0, 0, 0, 0, 1, 0, 0]))
+        wide = bb.emit(relax.op.nn.pad(weights, [0, 0, 0, 0, 0, 0, 0, 3]))
+        out = bb.emit(relax.op.nn.conv2d(data, wide, strides=2, padding=1, data_layout="NHWC",
+                                         kernel_layout="HWIO", out_dtype="float32"))
+        return relax.op.strided_slice(out, axes=[3], begin=[0], end=[77])
+
+    def normalized(mod):
+        return relax.transform.Normalize()(mod)
+
+    bf16 = relax_main(params, conv, "bfloat16")
+    tvm.ir.assert_structural_equal(normalized(PadConvChannels(8, pair_inputs=True)(bf16)),
+                                   normalized(relax_main(params, paired, "bfloat16")))
+    fp32 = relax_main(params, conv)
+    for before, pair_inputs in ((fp32, True), (bf16, False)):
+        after = normalized(PadConvChannels(8, pair_inputs=pair_inputs)(before))
+        pads = [b.value for b in after["main"].body.blocks[0].bindings
+                if isinstance(b.value, relax.Call) and b.value.op.name == "relax.nn.pad"]
+        assert len(pads) == 1  # the output channels' only

@@ -143,16 +143,21 @@ def test_only_cores_with_avx512_bf16_say_they_have_the_pair_dot_product():
     assert bf16_dot.LANES == ZEN4.vector.lanes
 
 
-def test_a_bf16_model_built_for_a_bf16_core_verifies_and_runs_its_gemms_on_vdpbf16ps(tmp_path):
+@pytest.mark.parametrize("name,kind,kernels", [("tiny-transformer", "cpu.dense", 4),
+                                               ("tiny-resnet", "cpu.conv2d", 4)])
+def test_a_bf16_model_built_for_a_bf16_core_verifies_and_runs_on_vdpbf16ps(name, kind, kernels,
+                                                                          tmp_path):
+    """Every GEMM or conv of the model on the pair dot product (the RGB stem too, its input
+    channels padded to 4), and the model as accurate as PyTorch's own bf16."""
     if not HAS_BF16:
         pytest.skip("this CPU has no AVX-512 BF16")
-    model = api.import_model("tiny-transformer")
+    model = api.import_model(name)
     compiled = api.compile_model(model, api.get_target("avx512"),
                                  api.BuildOptions(dtype="bfloat16", use_database=False))
-    assert list(compiled.analysis.implementations.values()).count("cpu.dense") == 4
+    assert list(compiled.analysis.implementations.values()).count(kind) == kernels
     out = api.build(compiled, tmp_path / "out")
     verify(api.load(out), model)  # against PyTorch in float32 and in bfloat16
     if shutil.which("objdump"):
         asm = subprocess.run(["objdump", "-d", str(out / "model.so")], capture_output=True,
                              text=True, check=True).stdout
-        assert asm.count("vdpbf16ps") >= 4
+        assert asm.count("vdpbf16ps") >= kernels

@@ -21,6 +21,13 @@ vectors do not divide: over 72 channels on AVX-512 a 28x28 3x3 conv in 8-lane ve
 at half the speed it reaches padded to 80 in 16-lane ones (as fast as 96 channels), with the
 tile's last, partial vector of each row stored apart (``tvmfuse.passes.part_tail``).
 
+With ``pair_inputs`` (a core with the bf16 pair dot product, see ``schedules/cpu/bf16_dot.py``)
+a bf16 conv over an odd number of input channels (an RGB stem's 3) reads one more, zero, channel
+and a zero weight for it: the pair instruction takes the reduction over input channels two at a
+time, and without the even count the stem ran in float32 arithmetic at half the rate of the
+other convs (ResNet-50's 7x7 stem: 1.2 of 21 ms in bf16 on a Zen 4,
+``tvmfuse inspect resnet50 --dtype bf16 --profile``).
+
 Preconditions: after the layout passes (NHWC data, HWIO weights), dense convs (groups 1) and
 depthwise ones (groups = input channels = output channels).
 """
@@ -41,33 +48,43 @@ class PadConvChannels:
     convs: that ``lanes`` does not divide) to a multiple of ``lanes``; see the module
     docstring."""
 
-    def __init__(self, lanes: int):
-        self.lanes = lanes
+    def __init__(self, lanes: int, pair_inputs: bool = False):
+        self.lanes, self.pair_inputs = lanes, pair_inputs
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
         x, weight = wildcard(), wildcard()
         pattern = is_op("relax.nn.conv2d")(x, weight)
-        lanes = self.lanes
+        lanes, pair_inputs = self.lanes, self.pair_inputs
 
         def rewrite(expr: relax.Expr, matches) -> relax.Expr:
             attrs = expr.attrs
             kernel, out = static_shape(matches[weight].ty.shape), static_shape(expr.ty.shape)
             if (kernel is None or out is None or str(attrs.data_layout) != "NHWC"
                     or str(attrs.kernel_layout) != "HWIO" or str(attrs.out_layout) != "NHWC"
-                    or not (int(attrs.groups) == 1 or _is_depthwise(attrs, kernel))
-                    or not _narrow(kernel[3], lanes, depthwise=_is_depthwise(attrs, kernel))):
+                    or not (int(attrs.groups) == 1 or _is_depthwise(attrs, kernel))):
                 return expr
-            channels = kernel[3]
-            padded = -(-channels // lanes) * lanes
-            wide = relax.op.nn.pad(matches[weight], [0, 0, 0, 0, 0, 0, 0, padded - channels])
-            data, padding, groups = matches[x], attrs.padding, 1
-            if int(attrs.groups) != 1:  # depthwise: its input's channels too (see above)
+            data, wide = matches[x], matches[weight]
+            paired = (pair_inputs and int(attrs.groups) == 1 and kernel[2] % 2
+                      and str(data.ty.dtype) == "bfloat16")
+            if paired:
+                data = relax.op.nn.pad(data, [0, 0, 0, 0, 0, 0, 0, 1])
+                wide = relax.op.nn.pad(wide, [0, 0, 0, 0, 0, 1, 0, 0])
+            channels, padding, groups = kernel[3], attrs.padding, int(attrs.groups)
+            narrow = _narrow(channels, lanes, depthwise=_is_depthwise(attrs, kernel))
+            if not (narrow or paired):
+                return expr
+            padded = -(-channels // lanes) * lanes if narrow else channels
+            if narrow:
+                wide = relax.op.nn.pad(wide, [0, 0, 0, 0, 0, 0, 0, padded - channels])
+            if narrow and groups != 1:  # depthwise: its input's channels too (see above)
                 data, padding = _pad_input(data, padding, attrs.strides, padded - channels)
                 groups = padded
             conv = relax.op.nn.conv2d(
                 data, wide, strides=attrs.strides, padding=padding, dilation=attrs.dilation,
                 groups=groups, data_layout="NHWC", kernel_layout="HWIO",
                 out_dtype=attrs.out_dtype)
+            if not narrow:
+                return conv
             return relax.op.strided_slice(conv, axes=[3], begin=[0], end=[channels])
 
         return rewrite_functions(mod, pattern, rewrite)

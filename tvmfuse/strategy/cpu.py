@@ -34,7 +34,8 @@ class CpuStrategy(Strategy):
         needs NHWC) 3x3 stride-1 convs as Winograd F(2x2, 3x3)."""
         if not rules["conv_layout_nhwc"].enabled:
             return []
-        return [*nhwc_convs("HWIO"), PadConvChannels(self.target.vector.lanes),
+        vector = self.target.vector
+        return [*nhwc_convs("HWIO"), PadConvChannels(vector.lanes, vector.dot_bf16),
                 relax.transform.FoldConstant(),
                 *([WinogradConv2D()] if rules["winograd_conv2d"].enabled else [])]
 
