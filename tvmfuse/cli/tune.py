@@ -85,8 +85,9 @@ def handle(args: argparse.Namespace) -> int:
         log.info("model latency (median of %d interleaved runs): %.2f ms without the database, "
                  "%.2f ms with it (%+.1f%%)", times.repeat, times.untuned_ms, times.tuned_ms,
                  -100 * times.gain)
-    log.info("build with it: tvmfuse build %s --target %s --db %s -o DIR", args.model,
-             target.name, database)
+    dtype = "" if args.dtype == "fp32" else f" --dtype {args.dtype}"
+    log.info("build with it: tvmfuse build %s --target %s%s --db %s -o DIR", args.model,
+             target.name, dtype, database)
     return 0
 
 
