@@ -527,8 +527,8 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
     spatial = [iv.var for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar]
     # the reduction axes, and the batch axes of a batched matmul (not the rows: those a
     # weight is shared by)
-    reduction = [iv.var for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
-    shared = reduction + spatial[:-2]
+    shared = [iv.var for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar]
+    shared += spatial[:-2]
     padded = [(sch.get(p).writes[0].source, p) for p in sch.get_producers(anchor)
               if _pads_one_of(sch, p, weights)]
     for index, region in enumerate(block.reads):
@@ -540,8 +540,6 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
                 any(s.same_as(r) for r in shared) for s in starts[:-1])):
             continue
         # a weight padded to whole panels (see _pad) is packed by its padding block
-        if pairs and not starts[-2].same_as(reduction[-1]):
-            continue  # not read along the innermost reduction axis
         packing = pads[0] if pads else sch.cache_read(anchor, index, "global")
         sch.annotate(packing, key, True)
         if pairs:
@@ -557,8 +555,9 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
 def _bf16_pairs(sch: s_tir.Schedule, anchor, vector: Vector, tile: Tile) -> bool:
     """Whether the anchor's tile runs on the core's bf16 pair dot product
     (:mod:`.bf16_dot`): float32 sums of bf16 x bf16 products (a bf16 build's GEMMs and convs),
-    over an even innermost reduction, in tiles of the instruction's lanes, on a core that has it.
-    """
+    over an even innermost reduction along which the input is contiguous (``x[..., k]``) and the
+    weight is read as ``w[..., k, n]`` (so that :func:`pack_panels` packs it in pairs), in tiles
+    of the instruction's lanes, on a core that has it."""
     if not vector.dot_bf16 or tile.lanes != bf16_dot.LANES:
         return False
     block = sch.get(anchor)
@@ -573,6 +572,11 @@ def _bf16_pairs(sch: s_tir.Schedule, anchor, vector: Vector, tile: Tile) -> bool
                and f.value.source.dtype == "bfloat16" for f in factors):
         return False
     inner = [iv for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar][-1]
+    column = [iv for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar][-1]
+    data, weight = (f.value.indices for f in factors)
+    if not (data[-1].same_as(inner.var) and len(weight) >= 2 and weight[-2].same_as(inner.var)
+            and weight[-1].same_as(column.var)):
+        return False
     extent = static_int(inner.dom.extent)
     return extent is not None and extent % bf16_dot.PAIR == 0
 
