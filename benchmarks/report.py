@@ -156,12 +156,12 @@ def bench_table(reports: list[dict], first: str, label) -> list[str]:
     """One row per bench report: tvmfuse, every peer measured, tvmfuse over its best peer."""
     peers = peers_of(reports)
     header = [first, "kernels", "tvmfuse ms", *(f"{peer_label(p, reports)} ms" for p in peers),
-              "vs best peer"]
+              "vs best peer", "error: tvmfuse / best peer"]
     rows = []
     for report in reports:
         if "error" in report:  # benchmarks/models.py keeps a model whose bench failed
             error = report["error"].replace("|", "\\|")
-            rows.append([report["model"], *["-"] * (2 + len(peers)), f"failed: {error}"])
+            rows.append([report["model"], *["-"] * (2 + len(peers)), f"failed: {error}", "-"])
             continue
         by = engines(report)
         ours = by.get("tvmfuse", {})
@@ -169,8 +169,10 @@ def bench_table(reports: list[dict], first: str, label) -> list[str]:
         versus = ratio(ours.get("median_ms"), best[1] if best else None)
         if best and len(peers) > 1 and versus != "-":  # which of the peers was the fastest
             versus += f" ({peer_label(best[0], [report])})"
+        errors = [ours.get("rel_err"), by[best[0]].get("rel_err") if best else None]
         rows.append([label(report), str(ours.get("kernels", "-")), ms(ours.get("median_ms")),
-                     *(ms(by[p]["median_ms"]) if p in by else "-" for p in peers), versus])
+                     *(ms(by[p]["median_ms"]) if p in by else "-" for p in peers), versus,
+                     " / ".join("-" if e is None else f"{e:.1e}" for e in errors)])
     return table(header, rows, right_from=1)
 
 

@@ -87,6 +87,6 @@ def test_the_best_of_all_peers_is_named_with_its_precision(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text()
     assert ("| tvmfuse ms | ONNX Runtime ms | ONNX Runtime int8 ms | OpenVINO bf16 ms | "
-            "OpenVINO fp32 ms | vs best peer |") in text
-    assert "| 30.00 | 40.00 | 25.00 | 20.00 | 35.00 | 1.50x (OpenVINO bf16) |" in text
+            "OpenVINO fp32 ms | vs best peer | error: tvmfuse / best peer |") in text
+    assert "| 30.00 | 40.00 | 25.00 | 20.00 | 35.00 | 1.50x (OpenVINO bf16) | - / - |" in text
     assert "| resnet50, fp32 | 30.00 | OpenVINO bf16 | 20.00 | 1.50x |" in readme.read_text()
