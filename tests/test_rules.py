@@ -14,9 +14,10 @@ def test_shipped_rules_cover_every_rule():
     # head_matmul is CUDA's (the tensor-core GEMM reads through the head split; CPUs fuse the
     # whole attention)
     # and space_to_depth_conv too (it feeds the tensor cores' 16-byte loads); mma_gemm is off
-    # everywhere until it has run in a model on the GPU
+    # everywhere until it has run in a model on the GPU; on AVX-512 a bf16 residual stream
+    # stays float32 (store_narrowed off: the error of OpenVINO's bf16, docs/precision.md)
     assert [name for name, rule in rules.items() if not rule.enabled] == [
-        "space_to_depth_conv", "mma_gemm", "head_matmul"]
+        "store_narrowed", "space_to_depth_conv", "mma_gemm", "head_matmul"]
     assert not load_rules("cuda")["mma_gemm"].enabled
     assert load_rules("cuda")["head_matmul"].enabled
     assert load_rules("cuda")["space_to_depth_conv"].enabled

@@ -40,8 +40,9 @@ REGISTRY = (
                                         "over their concatenated inputs"),
     RuleInfo("fused_attention", FUSION, "head split .. softmax .. head merge as one kernel"),
     RuleInfo("fold_layout_glue", FUSION, "transposes and reshapes that move no data folded away"),
-    RuleInfo("store_narrowed", STRATEGY, "fp16 builds: a float32 tensor the graph also narrows "
-                                         "(a LayerNorm's output) stored once, in float16"),
+    RuleInfo("store_narrowed", STRATEGY, "fp16/bf16 builds: a float32 tensor the graph also "
+                                         "narrows (a LayerNorm's output) stored once, narrowed "
+                                         "(off on AVX-512: bf16's residual stream stays float32)"),
     RuleInfo("conv_layout_nhwc", STRATEGY, "convs in NHWC, weights HWIO on CPUs and OHWI on CUDA "
                                            "(an implicit GEMM on tensor cores)"),
     RuleInfo("fast_erf", STRATEGY, "CPU GELU's erf as a polynomial that vectorizes"),
