@@ -67,6 +67,19 @@ def test_full_size_builds_and_verifies(name, tmp_path):
     _check(name, tmp_path)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SUITE))
+def test_small_config_in_bf16_on_this_cpu_as_accurate_as_pytorch(name, tmp_path):
+    """Each architecture in bf16 on this CPU (on AVX-512 BF16, its GEMMs and convs on
+    vdpbf16ps) within bf16's tolerance of PyTorch fp32, or of PyTorch's own bf16 error where
+    that is larger (EfficientNet's: 4.4e-2)."""
+    model = api.import_model(f"tiny-{name}")
+    compiled = api.compile_model(model, TARGET, api.BuildOptions(use_database=False,
+                                                                 dtype="bfloat16"))
+    for check in verify(api.load(api.build(compiled, tmp_path / "out")), model):
+        assert check.rel_err < max(TOLERANCE["bfloat16"], check.peer_err), check
+
+
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("name", list(SUITE))
