@@ -8,11 +8,13 @@ of a bf16 build (:func:`tvmfuse.schedules.cpu._blocked.block_anchor`) tensorize 
 
 TVM's LLVM code generator has no ``bfloat`` vector type (it stores bf16 as 16-bit integers and
 computes in float32: ``BF16ComputeLegalize``, which also turns a kernel's own bf16 buffers into
-float32 ones unless their pointer is taken), so the instruction's LLVM intrinsic, which takes
-``<32 x bfloat>``, is called through a small function written in LLVM IR, given the addresses of
-the input pair and of the weights' pairs: :data:`IMPORT` links it into the kernel's module and
-LLVM inlines it (``pragma_import_llvm`` marks imported functions always-inline), leaving one
-``vdpbf16ps`` reading the weights from memory with the input pair broadcast.
+float32 ones unless their address is taken), so the instruction's LLVM intrinsic, which takes
+``<32 x bfloat>``, is called through a small function written in LLVM IR that takes the pairs as
+int32 lanes: the kernel loads the input pair (broadcast) and the weights' pairs itself, so the
+loads keep TVM's alias information and the accumulators stay in registers across the reduction
+(loaded inside the function through pointers, they were stored back every step). :data:`IMPORT`
+links the function into the kernel's module and LLVM inlines it (``pragma_import_llvm`` marks
+imported functions always-inline), leaving one ``vdpbf16ps`` a call.
 """
 
 from __future__ import annotations

@@ -73,12 +73,12 @@ class PadConvChannels:
             narrow = _narrow(channels, lanes, depthwise=_is_depthwise(attrs, kernel))
             if not (narrow or paired):
                 return expr
-            padded = -(-channels // lanes) * lanes if narrow else channels
             if narrow:
+                padded = -(-channels // lanes) * lanes
                 wide = relax.op.nn.pad(wide, [0, 0, 0, 0, 0, 0, 0, padded - channels])
-            if narrow and groups != 1:  # depthwise: its input's channels too (see above)
-                data, padding = _pad_input(data, padding, attrs.strides, padded - channels)
-                groups = padded
+                if groups != 1:  # depthwise: its input's channels too (see above)
+                    data, padding = _pad_input(data, padding, attrs.strides, padded - channels)
+                    groups = padded
             conv = relax.op.nn.conv2d(
                 data, wide, strides=attrs.strides, padding=padding, dilation=attrs.dilation,
                 groups=groups, data_layout="NHWC", kernel_layout="HWIO",
