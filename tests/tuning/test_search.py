@@ -145,3 +145,6 @@ def test_a_record_replaces_its_seed_only_by_more_than_the_spread_and_one_slow_ro
     assert beats([0.90, 0.91, 0.89, 0.90, 1.60], seed)  # another job hit one round
     assert not beats([0.99, 1.00, 0.98, 1.00, 0.99], seed)  # within the spread
     assert not beats([0.90, 1.10, 0.85, 1.05, 0.95], seed)  # the candidate's own spread is wider
+    # Two rounds of the seed hit: its spread is wider than the gain, but no timing overlaps.
+    assert beats([0.053, 0.052, 0.054, 0.053, 0.060], [0.30, 0.52, 0.53, 2.0, 5.0])
+    assert not beats([0.35, 0.052, 0.054, 0.053, 0.31], [0.30, 0.52, 0.53, 2.0, 5.0])
