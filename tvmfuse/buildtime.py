@@ -19,13 +19,14 @@ from . import pipeline
 #: ``codegen`` writes LLVM's machine code and the CUDA C (``target.build.*``); ``cuda_compile``
 #: turns the CUDA C into a binary (NVRTC or nvcc, or the kernel cache); ``export`` links the
 #: shared library; ``reference`` runs the model in PyTorch (or ONNX Runtime) for ``check.npz``.
-STAGES = ("startup", "import", "database", *pipeline.PHASES, "analysis", "tir_lower", "codegen",
-          "cuda_compile", "export", "reference")
+STAGES = ("startup", "import", "calibrate", "database", *pipeline.PHASES, "analysis",
+          "tir_lower", "codegen", "cuda_compile", "export", "reference")
 
 #: How the one-line report groups the stages: (label, stages).
 _GROUPS = (
     ("startup", ("startup",)),
     ("import", ("import",)),
+    ("int8 calibration", ("calibrate",)),
     ("passes", ("fold", "canonicalize", "fuse_patterns", "legalize", "fuse_ops",
                 "verify_fusion", "fuse_tir", "prepack", "lower", "analysis")),
     ("scheduling", ("database", "apply_database", "schedule")),

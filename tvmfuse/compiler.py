@@ -18,7 +18,7 @@ from pathlib import Path
 
 import tvm
 
-from . import buildtime, kernel_cache, names, pipeline, profile, report, strategy
+from . import buildtime, calibrate, kernel_cache, names, pipeline, profile, report, strategy
 from .buildtime import BuildTimes
 from .errors import CompileError, TvmfuseError, one_line
 from .frontend import ImportedModel
@@ -211,6 +211,11 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
     analysis = Analysis([], [], {})
     kernel_cache.install(options.cache)
     try:
+        if options.dtype == "int8" and options.int8_ranges is None:
+            with times.measure("calibrate"):
+                options = replace(options, int8_ranges=calibrate.ranges(
+                    model, target, options,
+                    lambda here, observing: pipeline.build(model.mod, here, observing)))
         with contextlib.ExitStack() as stack:
             with times.measure("database"):
                 database = stack.enter_context(

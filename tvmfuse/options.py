@@ -11,8 +11,9 @@ from .errors import TvmfuseError
 
 #: What a build can compute in: float16 is TVM's ToMixedPrecision (convs, matmuls and what
 #: follows them in float16, inputs and outputs float32); bfloat16 the same decisions with the
-#: narrow type renamed (NarrowToBFloat16).
-PRECISIONS = ("float32", "float16", "bfloat16")
+#: narrow type renamed (NarrowToBFloat16); int8 the GEMMs and convs over constant weights in
+#: uint8 x int8 with int32 sums, the rest float32 (QuantizeInt8, calibrated).
+PRECISIONS = ("float32", "float16", "bfloat16", "int8")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class BuildOptions:
     rest: the "fusion alone" baseline, same layouts and schedules, TVM's FuseOps only.
     ``cache=False`` compiles every CUDA binary afresh rather than through the kernel cache
     (:mod:`tvmfuse.kernel_cache`; ``TVMFUSE_NO_CACHE`` turns it off everywhere).
+    An int8 build is calibrated on ``calibrate`` (a ``.npz`` of input sets: see
+    :mod:`tvmfuse.calibrate`; None: seeded inputs drawn as ``--verify`` draws them);
+    ``int8_ranges`` are the ranges the calibration measured, which the build then quantizes with
+    (set by the compiler; None: the pipeline builds the calibration's observing module).
     """
 
     database: Path | None = None
@@ -45,6 +50,8 @@ class BuildOptions:
     accumulator: str | None = "float32"
     fusion: bool = True
     cache: bool = True
+    calibrate: Path | None = None
+    int8_ranges: tuple | None = None
 
     def __post_init__(self):
         if self.dtype not in PRECISIONS:

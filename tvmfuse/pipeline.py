@@ -37,8 +37,10 @@ from .passes import (
     MergeParallelMatmul,
     MergeSummedConv,
     NarrowToBFloat16,
+    ObserveQuantized,
     PointConvAsMatmul,
     PrepackWeights,
+    QuantizeInt8,
     StoreNarrowed,
     TransposedConvAsConv,
     VerifyFusion,
@@ -71,6 +73,8 @@ class _Plan:
 def _plan(target: TargetSpec, options: BuildOptions, database: Path | None) -> _Plan:
     """The rules, strategy and TVM target a run of the pipeline for ``target`` reads."""
     rules = load_rules(target.rules_section, options.fusion_rules)
+    if options.dtype == "int8":  # Winograd's convs are float32 batched matmuls, unquantized
+        rules = {**rules, "winograd_conv2d": replace(rules["winograd_conv2d"], enabled=False)}
     if not options.fusion:
         rules = {name: replace(rule, enabled=False) if name in FUSION_RULES else rule
                  for name, rule in rules.items()}
@@ -156,6 +160,11 @@ def _phases(plan: _Plan) -> list[Phase]:
             PointConvAsMatmul(),  # 1x1 convs over 1x1 maps (squeeze-excite): matmuls
             _if(rules["horizontal_conv"].enabled, MergeSummedConv()),
             _if(rules["fold_layout_glue"].enabled, FoldLayoutGlue()),
+            # int8: the GEMMs and convs over constant weights quantized, with the ranges the
+            # calibration measured; without them, the calibration's own build, which returns
+            # the ranges of what would be quantized
+            _if(options.dtype == "int8", ObserveQuantized() if options.int8_ranges is None
+                else QuantizeInt8(options.int8_ranges)),
         ])),
         # 2. Canonicalize: what BatchNorm is left becomes arithmetic, and the `(out, mean, var)[0]`
         #    tuple it leaves is folded away so fusion can see through it.
@@ -165,7 +174,9 @@ def _phases(plan: _Plan) -> list[Phase]:
         ])),
         # 3. tvmfuse's pattern rules group ops into kernels (conv/matmul epilogues, add+LayerNorm).
         Phase("fuse_patterns", relax.transform.FuseOpsByPattern(
-            fusion_patterns(rules, family.row_norm_takes(rules)), bind_constants=False
+            fusion_patterns(rules, family.row_norm_takes(rules),
+                            quantized=options.dtype == "int8" and options.int8_ranges is not None),
+            bind_constants=False
         )),
         # 4. Legalize: every Relax op becomes a TIR PrimFunc (scans and sorts through TVM's
         #    dispatch, which LegalizeOps leaves alone; `run` names any op left); constant

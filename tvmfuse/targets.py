@@ -65,6 +65,9 @@ class Vector:
     #: Whether one instruction adds the products of bf16 pairs into float32 lanes (AVX-512
     #: BF16's ``vdpbf16ps``, as LLVM's CPU model says): a bf16 build's GEMMs and convs use it.
     dot_bf16: bool = False
+    #: Whether one instruction adds the products of four uint8 x int8 pairs into int32 lanes
+    #: (AVX-512 VNNI's ``vpdpbusd``): an int8 build's GEMMs and convs use it.
+    dot_int8: bool = False
 
 
 #: L2 cache per core of the CPUs tvmfuse names (LLVM's names), from the vendors' data sheets; a
@@ -265,7 +268,8 @@ def _avx512(cpu: str | None = None) -> TargetSpec:
         rules_section="avx512",
         cpu_flags=("avx512f",),
         vector=Vector(lanes=16, registers=32, core=cpu, l2_bytes=_l2_bytes(cpu, here),
-                      dot_bf16=_llvm_has(cpu, "avx512bf16")),
+                      dot_bf16=_llvm_has(cpu, "avx512bf16"),
+                      dot_int8=_llvm_has(cpu, "avx512vnni")),
     )
 
 

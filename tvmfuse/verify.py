@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the deployment path (`tvmfuse run --check`) imports no fron
 log = logging.getLogger(__name__)
 
 #: Largest relative L2 error accepted per output dtype; integer outputs must match exactly.
-TOLERANCE = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2}
+TOLERANCE = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2, "int8": 1e-1}
 
 
 @dataclass(frozen=True)
@@ -133,8 +133,8 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
 def _peer_name(deployed: Deployed, model: ImportedModel) -> str | None:
     """What a narrow build is also held against: the PyTorch model in the build's precision
     ("pytorch float16"); None for float32 builds and ONNX models."""
-    if deployed.precision == "float32" or model.torch_module is None:
-        return None
+    if deployed.precision in ("float32", "int8") or model.torch_module is None:
+        return None  # PyTorch has no int8 of the model to run
     return f"{model.reference_name} {deployed.precision}"
 
 

@@ -52,7 +52,7 @@ from ..tir_util import (
     static_int,
     uses,
 )
-from . import bf16_dot
+from . import bf16_dot, int8_dot
 from ._tiles import Tile, choose_tile, dividing_if_better, dividing_tile, tile_score
 from ._tir import Vector, parallelize
 
@@ -288,9 +288,9 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         _pad(sch, anchor, tile, rows=_row_multiple(rows, tile, merged))
     if tile is None:
         return None
-    pairs = _bf16_pairs(sch, anchor, vector, tile)
+    dot = _dot_instruction(sch, anchor, vector, tile)
     conv = sum(iv.iter_type != tirx.IterVar.DataPar for iv in sch.get(anchor).iter_vars) > 1
-    if pairs and (conv or merged is not None) and (rows is None or rows % tile.rows):
+    if dot and (conv or merged is not None) and (rows is None or rows % tile.rows):
         # rows never padded (a conv's, merged ones) that the tile does not divide: a predicated
         # last tile, which tensorize cannot match; rows in a tile that divides them instead
         dividing = (None if forced or padded_columns or rows is None
@@ -298,7 +298,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         if dividing is not None and dividing.lanes == tile.lanes:
             tile = dividing
         else:
-            pairs = False
+            dot = None
     if merged is not None:
         _merge_rows(sch, anchor, merged)
     block = sch.get(anchor)
@@ -314,8 +314,9 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     blocks = root_blocks(sch)
     position = _position(sch, anchor)
     packing = pack_panels(sch, anchor, vector_axis[-1], tile.blocks * tile.lanes,
-                          key=PREPACK if space else LAYOUT_REWRITE_PREPROC, pairs=pairs)
-    pairs = pairs and packing is not None
+                          key=PREPACK if space else LAYOUT_REWRITE_PREPROC,
+                          group=dot.GROUP if dot else 1)
+    dot = dot if packing is not None else None
     for producer in blocks[:position]:
         if {LAYOUT_REWRITE_PREPROC, PREPACK} & set(sch.get(producer).annotations):
             continue  # a padded weight, packed at build time
@@ -348,11 +349,11 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
                        if outer[0] is col_outer and (col_tiles or 0) > 1
                        else None)
     sch.reorder(*outer, *reduce, *inner)
-    if pairs:
-        # the innermost reduction in steps of one pair, each pair's products summed by the
-        # instruction inside the lanes' loop
-        steps, pair = sch.split(reduce[-1], [None, bf16_dot.PAIR])
-        sch.reorder(steps, *inner, pair)
+    if dot:
+        # the innermost reduction in steps of one group (a bf16 pair, an int8 quad), each
+        # group's products summed by the instruction inside the lanes' loop
+        steps, group = sch.split(reduce[-1], [None, dot.GROUP])
+        sch.reorder(steps, *inner, group)
         reduce = [*reduce[:-1], steps]
     if space:
         reduce = _sample_reduction(sch, reduce)
@@ -360,7 +361,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
     sch.parallel(tiles)
     for loop in inner[:-1]:
         sch.unroll(loop)
-    if not pairs:
+    if not dot:
         sch.vectorize(inner[-1])
 
     for output in outputs:
@@ -373,7 +374,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
             # from its last one, which the column predicate masks (PART_TAIL); fused with the
             # rows, a vector would span two rows and every store was predicated per lane
             vectors, lane = sch.split(tail[-1], [None, tile.lanes])
-            if columns > tile.lanes and not pairs:
+            if columns > tile.lanes and not dot:
                 sch.annotate(vectors, PART_TAIL, columns // tile.lanes)
         else:
             fused = sch.fuse(*tail) if len(tail) > 1 else tail[0]
@@ -381,15 +382,15 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         sch.vectorize(lane)
     init = sch.decompose_reduction(anchor, reduce[0])
     sch.vectorize(sch.get_loops(init)[-1])
-    if pairs:
-        sch.tensorize(inner[-1], bf16_dot.DPBF16)
-        bf16_dot.link(sch, tiles)
+    if dot:
+        sch.tensorize(inner[-1], dot.INTRIN)
+        dot.link(sch, tiles)
     width = tile.blocks * tile.lanes
     if (per_column_tile and any(_columns(sch, output) % width for output in outputs)
-            and not pairs):
+            and not dot):
         # the last column tile writes fewer columns than it computes, under a predicate that
         # scalarized every tile's stores: its iterations run apart (tvmfuse.passes.part_tail).
-        # Not a bf16 pair tile's: PartTail lowers the kernel's blocks before TVM's lowering,
+        # Not a dot instruction's tile: PartTail lowers the kernel's blocks before TVM's lowering,
         # whose CompactBufferAllocation then fails on the tensorized call's vector accesses
         sch.annotate(tiles, PART_TAIL, (col_tiles - 1) * per_column_tile)
     return tiles
@@ -504,7 +505,7 @@ def _merge_rows(sch: s_tir.Schedule, anchor, run: range) -> None:
 
 
 def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
-                key: str = LAYOUT_REWRITE_PREPROC, pairs: bool = False):
+                key: str = LAYOUT_REWRITE_PREPROC, group: int = 1):
     """Read the anchor's weights in panels of ``panel`` output columns, packed at build time.
 
     A weight ``W[k..., n]`` that the kernel's ``layout_free_buffers`` attribute names (a
@@ -515,9 +516,10 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
     constant (PrepackWeights).
     Then a register tile's weights for one reduction step are one contiguous ``panel`` of floats,
     and consecutive steps are next to each other, where ``W`` has them ``N`` floats apart.
-    ``key`` is the annotation (PREPACK in a design space's schedules). With ``pairs`` (see
-    :func:`_bf16_pairs`) the innermost reduction axis is split in pairs, each pair next to each
-    other in the panel: ``P[n // panel, ..., k // 2, n % panel, k % 2]``.
+    ``key`` is the annotation (PREPACK in a design space's schedules). With a ``group`` of more
+    than one (a dot instruction's, see :func:`_dot_instruction`) the innermost reduction axis is
+    split in groups, each group's values next to each other in the panel:
+    ``P[n // panel, ..., k // group, n % panel, k % group]``.
     Returns the packing block, or None when no weight qualifies.
     """
     weights = _layout_free_weights(sch)
@@ -542,9 +544,9 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
         # a weight padded to whole panels (see _pad) is packed by its padding block
         packing = pads[0] if pads else sch.cache_read(anchor, index, "global")
         sch.annotate(packing, key, True)
-        if pairs:
+        if group > 1:
             sch.transform_layout(anchor, ("read", index), lambda *i: (
-                i[-1] // panel, *i[:-2], i[-2] // 2, i[-1] % panel, i[-2] % 2))
+                i[-1] // panel, *i[:-2], i[-2] // group, i[-1] % panel, i[-2] % group))
         else:
             sch.transform_layout(anchor, ("read", index),
                                  lambda *i: (i[-1] // panel, *i[:-1], i[-1] % panel))
@@ -552,33 +554,41 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
     return None
 
 
-def _bf16_pairs(sch: s_tir.Schedule, anchor, vector: Vector, tile: Tile) -> bool:
-    """Whether the anchor's tile runs on the core's bf16 pair dot product
-    (:mod:`.bf16_dot`): float32 sums of bf16 x bf16 products (a bf16 build's GEMMs and convs),
-    over an even innermost reduction along which the input is contiguous (``x[..., k]``) and the
-    weight is read as ``w[..., k, n]`` (so that :func:`pack_panels` packs it in pairs), in tiles
-    of the instruction's lanes, on a core that has it."""
-    if not vector.dot_bf16 or tile.lanes != bf16_dot.LANES:
-        return False
+#: The dot-product instructions a register tile may run on, each a module with its TensorIR
+#: intrinsic (INTRIN), lanes, reduction GROUP, INPUTS/ACCUMULATOR types, ``available`` and ``link``.
+DOT_INSTRUCTIONS = (bf16_dot, int8_dot)
+
+
+def _dot_instruction(sch: s_tir.Schedule, anchor, vector: Vector, tile: Tile):
+    """The dot-product instruction (of DOT_INSTRUCTIONS) the anchor's tile runs on, or None:
+    the anchor sums products of its input and weight types into its accumulator type (float32
+    sums of bf16 x bf16 in a bf16 build; int32 sums of uint8 x int8 in an int8 build), over an
+    innermost reduction that the group divides, along which the input is contiguous
+    (``x[..., k]``) and the weight is read as ``w[..., k, n]`` (so that :func:`pack_panels`
+    packs it in groups), in tiles of the instruction's lanes, on a core that has it."""
     block = sch.get(anchor)
     store = block.body
-    if not isinstance(store, tirx.BufferStore) or store.buffer.dtype != "float32":
-        return False
+    if not isinstance(store, tirx.BufferStore):
+        return None
     value = store.value
     if not (isinstance(value, tirx.Add) and isinstance(value.b, tirx.Mul)):
-        return False
+        return None
     factors = (value.b.a, value.b.b)
-    if not all(isinstance(f, tirx.Cast) and isinstance(f.value, TensorLoad)
-               and f.value.source.dtype == "bfloat16" for f in factors):
-        return False
+    if not all(isinstance(f, tirx.Cast) and isinstance(f.value, TensorLoad) for f in factors):
+        return None
+    types = tuple(str(f.value.source.dtype) for f in factors)
+    found = [dot for dot in DOT_INSTRUCTIONS
+             if dot.INPUTS == types and dot.ACCUMULATOR == str(store.buffer.dtype)]
+    if not found or not found[0].available(vector) or tile.lanes != found[0].LANES:
+        return None
     inner = [iv for iv in block.iter_vars if iv.iter_type != tirx.IterVar.DataPar][-1]
     column = [iv for iv in block.iter_vars if iv.iter_type == tirx.IterVar.DataPar][-1]
     data, weight = (f.value.indices for f in factors)
     if not (data[-1].same_as(inner.var) and len(weight) >= 2 and weight[-2].same_as(inner.var)
             and weight[-1].same_as(column.var)):
-        return False
+        return None
     extent = static_int(inner.dom.extent)
-    return extent is not None and extent % bf16_dot.PAIR == 0
+    return found[0] if extent is not None and extent % found[0].GROUP == 0 else None
 
 
 def _pads_weights(sch: s_tir.Schedule, anchor) -> bool:

@@ -24,6 +24,10 @@ from tvm.script import tirx as T
 
 #: Float32 lanes of one accumulator vector, and bf16 values per lane's pair.
 LANES, PAIR = 16, 2
+#: The products each lane sums per step (a pair), as :mod:`.int8_dot` names its own.
+GROUP = PAIR
+#: The input's and the weight's element types, and the accumulators'.
+INPUTS, ACCUMULATOR = ("bfloat16", "bfloat16"), "float32"
 # the same as the int64 indices of Relax's kernels, which tensorize matches exactly
 _0, _LANES, _PAIR = (T.int64(n) for n in (0, LANES, PAIR))
 
@@ -77,8 +81,13 @@ def _impl(A: T.Buffer((_PAIR,), "bfloat16", offset_factor=1),
 
 
 #: The intrinsic's name for ``Schedule.tensorize``.
-DPBF16 = "tvmfuse.avx512_dpbf16ps_16x2"
+DPBF16 = INTRIN = "tvmfuse.avx512_dpbf16ps_16x2"
 TensorIntrin.register(DPBF16, _desc, _impl, override=True)
+
+
+def available(vector) -> bool:
+    """Whether the target's core (a :class:`tvmfuse.targets.Vector`) has the instruction."""
+    return vector.dot_bf16
 
 
 def link(sch, loop) -> None:

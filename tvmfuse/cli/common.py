@@ -17,7 +17,7 @@ from ..targets import check_name, host_target_name, target_names
 
 #: --dtype -> the precision the kernels compute in (float32 everywhere but float16 storage in
 #: a fp16 build; see tvmfuse.options.PRECISIONS).
-DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "int8"}
 
 class _ListZoo(argparse.Action):
     """``--list``: print the zoo's names and what each is, and exit (like ``--version``, before
@@ -59,9 +59,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", default=host,
                         help=f"one of {', '.join(target_names())} (default: {host}, this host's)")
     parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES),
-                        help="precision: fp32 (default), or fp16 (TVM's ToMixedPrecision: "
+                        help="precision: fp32 (default), fp16 (TVM's ToMixedPrecision: "
                              "tensors in float16, matmuls and convs summing in float32; inputs "
-                             "and outputs stay float32)")
+                             "and outputs stay float32), bf16 (the same in bfloat16), or int8 "
+                             "(GEMMs and convs quantized after a calibration run; see "
+                             "--calibrate)")
+    parser.add_argument("--calibrate", type=Path, metavar="NPZ",
+                        help="int8: input sets to calibrate on, an .npz whose arrays are named "
+                             "after the model's inputs with a leading axis of sets (default: "
+                             "8 seeded random draws, as --verify draws its inputs)")
 
 
 def _dynamic_dims(text: str) -> list[str]:
@@ -87,7 +93,8 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
                         use_database=not getattr(args, "no_db", False),
                         dump_ir=getattr(args, "dump_ir", None), fusion_rules=args.fusion_rules,
                         verify_fusion=args.verify_fusion, dtype=DTYPES[args.dtype],
-                        cache=not getattr(args, "no_cache", False))
+                        cache=not getattr(args, "no_cache", False),
+                        calibrate=getattr(args, "calibrate", None))
 
 
 def add_database_arguments(parser: argparse.ArgumentParser, what: str) -> None:

@@ -23,6 +23,7 @@ from .normalize_squeeze_axes import NormalizeSqueezeAxes
 from .pad_conv_channels import PadConvChannels
 from .point_conv_as_matmul import PointConvAsMatmul
 from .prepack_weights import PrepackWeights
+from .quantize_int8 import ObserveQuantized, QuantizeInt8
 from .simplify_bounded_shapes import SimplifyBoundedShapes
 from .space_to_depth_conv import SpaceToDepthConv
 from .store_narrowed import StoreNarrowed
@@ -39,7 +40,7 @@ __all__ = ["ApplyDatabase", "ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeCl
            "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv",
            "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective", "MarkWeightsLayoutFree",
            "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16", "NormalizeSqueezeAxes",
-           "PadConvChannels", "PointConvAsMatmul", "PrepackWeights", "SimplifyBoundedShapes",
-           "SpaceToDepthConv", "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms",
-           "VerifyFusion", "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum",
-           "WinogradConv2D"]
+           "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
+           "QuantizeInt8", "SimplifyBoundedShapes", "SpaceToDepthConv", "StoreNarrowed",
+           "TransposedConvAsConv", "UseWgmmaGemms", "VerifyFusion", "WidenElementwise",
+           "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]

@@ -16,15 +16,16 @@ from .norm import add_layer_norm_patterns, layer_norm_epilogue_patterns
 
 def fusion_patterns(rules: dict[str, Rule],
                     row_norm_takes: Callable[[relax.Call], bool] | None = None,
-                    ) -> list[FusionPattern]:
+                    quantized: bool = False) -> list[FusionPattern]:
     """The patterns of every enabled pattern rule, highest priority first; anchors of a disabled
     epilogue family are isolated so that the leftover FuseOps cannot fuse into them either.
     ``row_norm_takes`` (a target's: see ``Strategy.row_norm_takes``) limits the
-    ``layer_norm_epilogue`` groups to the matmuls it accepts."""
+    ``layer_norm_epilogue`` groups to the matmuls it accepts. ``quantized`` (an int8 build)
+    adds the epilogues that end in the quantization of the next GEMM's or conv's input."""
     families = []
     for family in ANCHORS:
         rule = rules[family]
-        patterns = (epilogue_patterns(family, rule.max_group_size) if rule.enabled
+        patterns = (epilogue_patterns(family, rule.max_group_size, quantized) if rule.enabled
                     else isolate_patterns(family))
         families.append((rule.priority, patterns))
     for name, make in (("layer_norm_epilogue", partial(layer_norm_epilogue_patterns,

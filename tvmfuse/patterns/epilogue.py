@@ -82,28 +82,44 @@ def matmul_input() -> DFPattern:
 _PROLOGUES = {"conv_epilogue": (conv_input,), "matmul_epilogue": (matmul_input,)}
 
 
-def epilogue_patterns(family: str, max_group_size: int) -> list[FusionPattern]:
+def epilogue_patterns(family: str, max_group_size: int, quantized: bool = False
+                      ) -> list[FusionPattern]:
     """Every ``[prologue ->] anchor [+ bias] [+ residual] [-> activation]`` variant of
     ``family``, longest first (a variant with a prologue before the same one without it); a
-    match holding more than ``max_group_size`` ops is rejected."""
+    match holding more than ``max_group_size`` ops is rejected. ``quantized`` (an int8 build)
+    adds each variant followed by the quantization of its output for the next GEMM or conv
+    (:func:`quantize`): the kernel writes uint8."""
     variants = []
     for bias in (True, False):  # bias first: where both fit an add, it is the constant bias
         for residual in (True, False):
             for act in (*ACTIVATIONS, None):
                 if not (bias or residual or act):
                     continue  # the anchor alone is no fusion
-                epilogue = _size(_variant(family, wildcard(), bias, residual, act)[1])
-                for rank, data in enumerate((*_PROLOGUES[family], wildcard)):
-                    name, pattern = _variant(family, data(), bias, residual, act)
-                    variants.append(((-epilogue, rank), name, pattern))
+                for tail in ((True, False) if quantized else (False,)):
+                    epilogue = _size(_variant(family, wildcard(), bias, residual, act, tail)[1])
+                    for rank, data in enumerate((*_PROLOGUES[family], wildcard)):
+                        name, pattern = _variant(family, data(), bias, residual, act, tail)
+                        variants.append(((-epilogue, rank), name, pattern))
     variants.sort(key=lambda v: v[0])  # the longest epilogue first, with its prologue first
     return [FusionPattern(name, pattern, {}, _at_most(max_group_size))
             for _, name, pattern in variants]
 
 
-def _variant(family: str, data: DFPattern, bias: bool, residual: bool, act: str | None
-             ) -> tuple[str, DFPattern]:
-    y = is_op(ANCHORS[family])(data, wildcard())
+def dequantized(anchor: DFPattern) -> DFPattern:
+    """The anchor, or its int32 sums scaled back to float32 (an int8 build's GEMM or conv:
+    :mod:`tvmfuse.passes.quantize_int8`)."""
+    return is_op("relax.multiply")(is_op("relax.astype")(anchor), is_const()) | anchor
+
+
+def quantize(y: DFPattern) -> DFPattern:
+    """``y`` quantized to uint8 as QuantizeInt8 writes it: ``uint8(clip(y * c + z, 0, 255))``."""
+    shifted = is_op("relax.add")(is_op("relax.multiply")(y, is_const()), is_const())
+    return is_op("relax.astype")(is_op("relax.clip")(shifted, wildcard(), wildcard()))
+
+
+def _variant(family: str, data: DFPattern, bias: bool, residual: bool, act: str | None,
+             quantized: bool = False) -> tuple[str, DFPattern]:
+    y = dequantized(is_op(ANCHORS[family])(data, wildcard()))
     parts = []
     if bias:  # a folded bias is a constant; a residual is computed
         y, parts = is_op("relax.add")(y, is_const()), [*parts, "bias"]
@@ -111,6 +127,8 @@ def _variant(family: str, data: DFPattern, bias: bool, residual: bool, act: str 
         y, parts = is_op("relax.add")(y, wildcard()), [*parts, "add"]
     if act:
         y, parts = ACTIVATIONS[act](y), [*parts, act]
+    if quantized:
+        y, parts = quantize(y), [*parts, "quantize"]
     return f"tvmfuse.{family}.{'_'.join(parts)}", y
 
 

@@ -59,13 +59,20 @@ class BenchContext:
     build_options: object  # options.BuildOptions
     torch_module: object | None  # the nn.Module for PyTorch engines, None for ONNX sources
     onnx_path: Path | None  # the ONNX file for ONNX sources
-    dtype: str = "float32"  # the precision every engine computes in
+    dtype: str = "float32"  # the precision every engine computes in (see peer_dtype)
     #: Where engines write their files (ONNX exports, quantized models); None: a new temporary
     #: folder each time.
     scratch: Path | None = None
     #: The module's ONNX export by precision (or why it failed), made once for every engine
     #: that runs it.
     onnx_exports: dict[str, Path | Unavailable] = field(default_factory=dict)
+
+    @property
+    def peer_dtype(self) -> str:
+        """The precision the engines without one of their own compute in: the bench's, but
+        float32 in an int8 bench (an int8 build is held against the float32 engines it
+        replaces, and against the quantized peers)."""
+        return "float32" if self.dtype == "int8" else self.dtype
 
     def seeded_inputs(self, seed: int) -> list[np.ndarray]:
         """Inputs of the bench inputs' shapes drawn as they were, with another seed (seed

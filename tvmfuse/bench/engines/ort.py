@@ -67,12 +67,15 @@ def _onnxruntime(ctx: BenchContext) -> Engine:
         if "CUDAExecutionProvider" not in ort.get_available_providers():
             raise Unavailable("this onnxruntime has no CUDA execution provider")
         providers.insert(0, "CUDAExecutionProvider")
-    if ctx.dtype == "bfloat16":
+    dtype = ctx.peer_dtype
+    if dtype == "bfloat16":
         raise Unavailable("ONNX Runtime's CPU kernels have no bfloat16")
-    if ctx.dtype != "float32" and ctx.onnx_path is not None:
+    if dtype != "float32" and ctx.onnx_path is not None:
         raise Unavailable(f"{ctx.onnx_path} is an ONNX file in its own precision")
-    session = _session(ort, onnx_model(ctx, ctx.dtype), ctx, providers)
-    return _engine("onnxruntime", session, ctx.inputs, ctx.dtype)
+    session = _session(ort, onnx_model(ctx, dtype), ctx, providers)
+    engine = _engine("onnxruntime", session, ctx.inputs, dtype)
+    engine.precision = dtype if dtype != ctx.dtype else None
+    return engine
 
 
 @register("onnxruntime-int8")
@@ -152,7 +155,7 @@ def export_onnx(ctx: BenchContext, dtype: str | None = None) -> Path:
     """The PyTorch module's ONNX export in ``dtype`` (default: the bench's)."""
     import torch  # noqa: PLC0415
 
-    dtype = dtype or ctx.dtype
+    dtype = dtype or ctx.peer_dtype
     module = module_in_precision(ctx, dtype)
     path = ctx.scratch_dir() / f"model-{dtype}.onnx"
     device = next(module.parameters()).device

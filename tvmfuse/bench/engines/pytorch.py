@@ -19,7 +19,7 @@ def _torch_engine(name: str, fn, ctx: BenchContext) -> Engine:
     if ctx.torch_module is None:
         raise Unavailable(f"{ctx.model.source} is not a PyTorch model")
     cuda = ctx.target.is_gpu
-    dtype = getattr(torch, ctx.dtype)
+    dtype = getattr(torch, ctx.peer_dtype)
     args = tuple(torch.from_numpy(a).to("cuda" if cuda else "cpu",
                                         dtype if a.dtype.kind == "f" else None)
                  for a in ctx.inputs)
@@ -36,7 +36,8 @@ def _torch_engine(name: str, fn, ctx: BenchContext) -> Engine:
                 for a in _flatten_torch(map_floats(run(), lambda t: t.float()))]
 
     run()  # compiled engines compile on their first call: count it as setup
-    return Engine(name, run, outputs, 0.0)
+    return Engine(name, run, outputs, 0.0,
+                  precision=ctx.peer_dtype if ctx.peer_dtype != ctx.dtype else None)
 
 
 def module_in_precision(ctx: BenchContext, dtype: str | None = None):
@@ -46,7 +47,7 @@ def module_in_precision(ctx: BenchContext, dtype: str | None = None):
 
     if ctx.torch_module is None:
         raise Unavailable(f"{ctx.model.source} is not a PyTorch model")
-    return copy.deepcopy(ctx.torch_module).to(getattr(torch, dtype or ctx.dtype))
+    return copy.deepcopy(ctx.torch_module).to(getattr(torch, dtype or ctx.peer_dtype))
 
 
 @register("torch-eager")

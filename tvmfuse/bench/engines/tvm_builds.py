@@ -8,7 +8,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from . import BenchContext, Engine, Unavailable, register
+from . import BenchContext, Engine, Unavailable, agreement, register
 
 
 def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -> Engine:
@@ -54,8 +54,16 @@ def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -
         main(*args)
         device.sync()
 
-    return Engine(name, failing_as_one_line(run),
-                  failing_as_one_line(lambda: to_numpy(main(*args))), 0.0, kernels)
+    engine = Engine(name, failing_as_one_line(run),
+                    failing_as_one_line(lambda: to_numpy(main(*args))), 0.0, kernels)
+    if ctx.dtype == "int8":  # drawn after the calibration's inputs, as the int8 peer's are
+        from ...calibrate import DRAWS  # noqa: PLC0415
+        from .ort import AGREEMENT_INPUTS  # noqa: PLC0415
+
+        engine.agreement = agreement(
+            lambda arrays: to_numpy(main(*(tvm.runtime.tensor(a, device) for a in arrays))),
+            ctx, range(DRAWS, DRAWS + AGREEMENT_INPUTS))
+    return engine
 
 
 @register("tvmfuse-untuned", name="tvmfuse-untuned", untuned=True)

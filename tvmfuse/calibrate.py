@@ -1,0 +1,95 @@
+"""Calibration of int8 builds: the range of every tensor a GEMM or conv would read quantized.
+
+An int8 build first builds the model in float32 with ObserveQuantized (which returns the minimum
+and maximum of each such tensor beside the model's outputs), runs it on the calibration inputs,
+and quantizes with the widest range seen (min-max calibration, as ONNX Runtime's static
+quantization does by default: :mod:`tvmfuse.passes.quantize_int8`). The inputs are the user's
+(``--calibrate inputs.npz``) or seeded random draws of the model's inputs, the first of them the
+examples ``--verify`` checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .errors import TvmfuseError
+from .specs import SEED, random_inputs
+
+log = logging.getLogger(__name__)
+
+#: Input sets drawn where the user gives none: min-max ranges over a few draws of one
+#: distribution; more draws only widen them (ONNX Runtime's int8 peer in `tvmfuse bench` is
+#: calibrated on as many).
+DRAWS = 8
+
+
+def input_sets(model, path: Path | None) -> list[list[np.ndarray]]:
+    """The calibration's input sets: ``path``'s (an ``.npz`` whose arrays are named after the
+    model's inputs, each with a leading axis of sets), or DRAWS seeded draws."""
+    if path is None:
+        specs = [dataclasses.replace(s, shape=a.shape)
+                 for s, a in zip(model.inputs, model.example_inputs)]
+        return [random_inputs(specs, model.value_ranges, seed=SEED + draw)
+                for draw in range(DRAWS)]
+    try:
+        with np.load(path) as arrays:
+            stored = {name: arrays[name] for name in arrays.files}
+    except (OSError, ValueError) as err:
+        raise TvmfuseError(f"cannot read calibration inputs {path}: {err}; give an .npz "
+                           f"(numpy.savez) with one array per model input") from None
+    names = [s.name for s in model.inputs]
+    missing = [n for n in names if n not in stored]
+    if missing:
+        raise TvmfuseError(f"{path} has no array {missing[0]!r}; it needs one per model input "
+                           f"({', '.join(names)}), each with a leading axis of input sets")
+    counts = {stored[n].shape[0] if stored[n].ndim else 0 for n in names}
+    if len(counts) != 1 or 0 in counts:
+        raise TvmfuseError(f"the arrays of {path} hold different numbers of input sets (their "
+                           f"first axis): give each input the same number, one or more")
+    sets = []
+    for index in range(counts.pop()):
+        arrays = []
+        for spec, example in zip(model.inputs, model.example_inputs):
+            array = stored[spec.name][index]
+            if array.ndim != example.ndim:
+                raise TvmfuseError(f"{path}: {spec.name!r} has sets of shape {array.shape}, "
+                                   f"the model's input is {example.shape}")
+            arrays.append(array.astype(example.dtype))
+        sets.append(arrays)
+    return sets
+
+
+def ranges(model, target, options, build) -> tuple[tuple[float, float], ...]:
+    """``(min, max)`` of each tensor the int8 build quantizes, in ObserveQuantized's order:
+    ``build(target, options)`` builds the observing module (``options`` as the int8 build's,
+    without ranges), run here on :func:`input_sets`. A target that does not run here (a
+    cross-compiled CPU) is calibrated on this host's CPU: the ranges are the model's, and the
+    CPU pipelines quantize the same tensors."""
+    import tvm  # noqa: PLC0415
+    from tvm import relax  # noqa: PLC0415 - keep `import tvmfuse` light
+
+    from .targets import get_target  # noqa: PLC0415
+
+    if target.is_gpu:
+        raise TvmfuseError(f"--dtype int8 builds for CPUs; {target.name} is a GPU: build it "
+                           f"with --dtype fp16")
+    here = target if target.why_not_runnable() is None else get_target(None)
+    start = time.perf_counter()
+    sets = input_sets(model, options.calibrate)
+    executable = build(here, dataclasses.replace(options, int8_ranges=None))
+    device = here.device_here()
+    vm = relax.VirtualMachine(executable, device)
+    seen = None
+    for arrays in sets:
+        result = vm["main"](*(tvm.runtime.tensor(a, device) for a in arrays))
+        values = np.array([float(t.numpy()) for t in result[1]]).reshape(-1, 2)
+        seen = values if seen is None else np.stack(
+            [np.minimum(seen[:, 0], values[:, 0]), np.maximum(seen[:, 1], values[:, 1])], 1)
+    log.info("calibrated %d quantized tensors on %d input sets in %.1f s", len(seen),
+             len(sets), time.perf_counter() - start)
+    return tuple((float(low), float(high)) for low, high in seen)

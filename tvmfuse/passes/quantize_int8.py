@@ -1,0 +1,260 @@
+"""QuantizeInt8 and ObserveQuantized: post-training static int8 quantization of the GEMMs and
+convs whose weights are constants.
+
+An int8 build's GEMMs and convs read uint8 activations and int8 weights and sum their products
+in int32 (AVX-512 VNNI's ``vpdpbusd``: ``schedules/cpu/int8_dot.py``). Each site (a dense conv
+in NHWC/HWIO or a matmul by a constant ``[K, N]`` matrix, its reduction in whole quads) becomes
+
+    xq  = uint8(clip(x / sx + zp + 0.5, 0, 255))      asymmetric, per tensor (x's range)
+    acc = conv2d(xq, Wq) | matmul(xq, Wq), int32      Wq = round(W / sw), symmetric per column
+    y   = float32(acc) * (sx * sw) + offset           offset = -zp * sx * sw * sum_k Wq[k, n]
+
+so that ``y`` is ``x @ W`` up to rounding: the zero point's share of every sum is a constant per
+output column, folded into the bias where one follows (a constant add). Weights are quantized
+per output column over [-127, 127]; the input's scale ``sx`` and zero point ``zp`` map the range
+its calibration saw (with 0 in it, so that 0.0 is exact) onto [0, 255]. A conv that pads its
+input reads the padding as 0, which is ``x = 0.0`` only where ``zp`` is 0 (a ReLU's output):
+a padded conv whose input goes below 0 stays float32 (an image-reading stem), as do convs and
+matmuls whose reduction is not whole quads.
+
+The range of each site's input comes from a calibration run: ObserveQuantized adds the minimum
+and the maximum of every distinct site input to ``main``'s outputs (after the model's own, in
+the order the sites bind), and the build runs that float32 module on calibration inputs
+(:mod:`tvmfuse.calibrate`); QuantizeInt8 takes the ranges in the same order. Both enumerate the
+sites of the same module (the pipeline up to here is the same for both), so the orders agree;
+a count that does not is an error, never a silent misassignment.
+
+Preconditions: after the layout passes (NHWC/HWIO convs; Winograd off, which would turn 3x3
+convs into batched matmuls first) and the folds; weights are constants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..errors import TvmfuseError
+
+#: The products one instruction sums per lane (``vpdpbusd``: four): a site's reduction must
+#: be a multiple, for its kernel to run on the instruction.
+GROUP = 4
+#: The largest magnitude of an int8 weight: symmetric, so -128 is not used.
+WEIGHT_MAX = 127
+#: The uint8 activation's largest value.
+ACTIVATION_MAX = 255
+
+_CONV, _MATMUL = "relax.nn.conv2d", "relax.matmul"
+
+
+def _sites(func: relax.Function) -> list[tuple[relax.Var, relax.Call]]:
+    """The ``(var, call)`` bindings of ``func`` that may be quantized, in binding order."""
+    found = []
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = getattr(binding, "value", None)
+            if isinstance(value, relax.Call) and _quantizable(value):
+                found.append((binding.var, value))
+    return found
+
+
+def _quantizable(call: relax.Call) -> bool:
+    if not isinstance(call.op, tvm.ir.Op) or call.op.name not in (_CONV, _MATMUL):
+        return False
+    data, weight = call.args[0], call.args[1]
+    if not (isinstance(weight, tvm.ir.expr.Constant) and str(weight.value.dtype) == "float32"):
+        return False
+    ty = getattr(data, "ty", None)
+    if not (isinstance(ty, relax.TensorType) and str(ty.dtype) == "float32"):
+        return False
+    shape = weight.value.shape
+    if call.op.name == _CONV:
+        attrs = call.attrs
+        return (int(attrs.groups) == 1 and str(attrs.data_layout) == "NHWC"
+                and str(attrs.kernel_layout) == "HWIO" and str(attrs.out_layout) == "NHWC"
+                and shape[2] % GROUP == 0)
+    return len(shape) == 2 and shape[0] % GROUP == 0
+
+
+def _inputs(func: relax.Function) -> list[relax.Var]:
+    """The distinct inputs of ``func``'s sites, in the order they are first read."""
+    seen: list[relax.Var] = []
+    for _, call in _sites(func):
+        data = call.args[0]
+        if not any(data.same_as(v) for v in seen):
+            seen.append(data)
+    return seen
+
+
+@tvm.transform.module_pass(opt_level=0, name="ObserveQuantized")
+class ObserveQuantized:
+    """Return, after ``main``'s own outputs, the minimum and maximum of each input of its
+    quantizable sites (see the module docstring): ``(outputs, (min_0, max_0, min_1, ...))``."""
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        func = mod["main"]
+        inputs = _inputs(func)
+        blocks = list(func.body.blocks)
+        bindings = []
+        observed = []
+        for index, data in enumerate(inputs):
+            for name, op in (("min", relax.op.min), ("max", relax.op.max)):
+                var = relax.Var(f"observed_{name}_{index}")
+                bindings.append(relax.VarBinding(var, op(data)))
+                observed.append(var)
+        last = blocks[-1]
+        if isinstance(last, relax.DataflowBlock):
+            blocks[-1] = relax.DataflowBlock([*last.bindings, *bindings])
+        else:
+            blocks.append(relax.DataflowBlock(bindings))
+        body = relax.SeqExpr(blocks, relax.Tuple([func.body.body, relax.Tuple(observed)]))
+        scalar = relax.TensorType((), "float32")
+        ty = relax.TupleType([func.ret_ty, relax.TupleType([scalar] * len(observed))])
+        updated = mod.clone()
+        updated["main"] = relax.Function(func.params, body, ty, attrs=func.attrs)
+        return relax.transform.Normalize()(updated)
+
+
+def observed_count(mod: tvm.IRModule) -> int:
+    """How many inputs ObserveQuantized observes in ``mod``'s ``main``."""
+    return len(_inputs(mod["main"]))
+
+
+@tvm.transform.module_pass(opt_level=0, name="QuantizeInt8")
+class QuantizeInt8:
+    """Quantize ``main``'s sites; ``ranges`` holds ``(min, max)`` of each distinct site input,
+    in ObserveQuantized's order. ``report`` (a list), when given, receives one line per site
+    left in float32, saying why."""
+
+    def __init__(self, ranges: Sequence[tuple[float, float]], report: list | None = None):
+        self.ranges = [tuple(map(float, r)) for r in ranges]
+        self.report = report
+
+    def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+        func = mod["main"]
+        inputs = _inputs(func)
+        if len(inputs) != len(self.ranges):
+            raise TvmfuseError(f"the calibration observed {len(self.ranges)} quantized inputs "
+                               f"where the module has {len(inputs)}: calibrate again with "
+                               f"this tvmfuse")
+        ranges = dict(zip(inputs, self.ranges))
+        mutator = _Quantize(mod, ranges, _biased(func), self.report)
+        updated = mod.clone()
+        updated["main"] = mutator.visit_expr(func)
+        return updated
+
+
+def _biased(func: relax.Function) -> set:
+    """The vars of ``func`` read once, by an add of a constant (a bias)."""
+    reads: dict = {}
+    biased = set()
+
+    def visit(expr):
+        if isinstance(expr, relax.Var):
+            reads[expr] = reads.get(expr, 0) + 1
+
+    relax.analysis.post_order_visit(func.body, visit)
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            reads[binding.var] = reads.get(binding.var, 1) - 1  # visited at its binding too
+            value = binding.value
+            if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                    and value.op.name == "relax.add" and isinstance(value.args[0], relax.Var)
+                    and isinstance(value.args[1], tvm.ir.expr.Constant)):
+                biased.add(value.args[0])
+    return {var for var in biased if reads.get(var) == 1}
+
+
+def activation_scale(low: float, high: float) -> tuple[float, int]:
+    """The uint8 scale and zero point of a tensor seen within ``[low, high]``: the range,
+    widened to hold 0, over [0, 255]."""
+    low, high = min(low, 0.0), max(high, 0.0)
+    if not np.isfinite(low) or not np.isfinite(high):
+        raise TvmfuseError("the calibration saw a non-finite activation (inf or NaN); "
+                           "calibrate on inputs the float32 model computes finite values for")
+    scale = (high - low) / ACTIVATION_MAX or 1.0
+    return scale, int(np.clip(round(-low / scale), 0, ACTIVATION_MAX))
+
+
+def weight_scales(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(int8 weight, float32 scale per output column)`` of ``weight [..., N]``, symmetric."""
+    flat = weight.reshape(-1, weight.shape[-1]).astype("float64")
+    scale = np.abs(flat).max(axis=0) / WEIGHT_MAX
+    scale[scale == 0] = 1.0
+    quantized = np.clip(np.round(weight / scale), -WEIGHT_MAX, WEIGHT_MAX).astype("int8")
+    return quantized, scale
+
+
+@relax.expr_functor.mutator
+class _Quantize(relax.PyExprMutator):
+    def __init__(self, mod, ranges: dict, biased: set, report: list | None):
+        super().__init__(mod)
+        self.ranges, self.biased, self.report = ranges, biased, report
+        self.quantized: dict = {}  # input var -> its uint8 var
+        self.pending: dict = {}  # site var -> (its dequantized var, offset): its bias to come
+
+    def visit_var_binding_(self, binding):
+        value = binding.value
+        if isinstance(value, relax.Call) and _quantizable(value):
+            site = self._site(binding.var, value)
+            if site is not None:
+                self.set_var_remap(binding.var, site)
+                return
+        if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                and value.op.name == "relax.add" and isinstance(value.args[1], tvm.ir.expr.Constant)
+                and isinstance(value.args[0], relax.Var) and value.args[0] in self.pending):
+            scaled, offset = self.pending.pop(value.args[0])
+            bias = value.args[1].value.numpy().astype("float64") + offset
+            var = self.builder_.emit(relax.op.add(scaled, relax.const(bias.astype("float32"))))
+            self.set_var_remap(binding.var, var)
+            return
+        super().visit_var_binding_(binding)
+
+    def _site(self, var: relax.Var, call: relax.Call) -> relax.Var | None:
+        data = call.args[0]
+        low, high = self.ranges[data]
+        scale, zero = activation_scale(low, high)
+        padded = call.op.name == _CONV and any(int(p) for p in call.attrs.padding)
+        if padded and zero:
+            if self.report is not None:
+                self.report.append(f"{var.name}: a padded conv over an input below 0 "
+                                   f"(down to {low:.3g}) stays float32")
+            return None
+        xq = self._input(data, scale, zero)
+        weight, column_scale = weight_scales(call.args[1].value.numpy())
+        if call.op.name == _CONV:
+            fields = {"out_dtype": "int32"}
+            acc = relax.op.nn.conv2d(xq, relax.const(weight), **_conv_args(call.attrs, fields))
+        else:
+            acc = relax.op.matmul(xq, relax.const(weight), out_dtype="int32")
+        acc = self.builder_.emit(acc)
+        multiplier = scale * column_scale
+        scaled = self.builder_.emit(relax.op.multiply(
+            relax.op.astype(acc, "float32"), relax.const(multiplier.astype("float32"))))
+        if not zero:
+            return scaled
+        sums = weight.reshape(-1, weight.shape[-1]).astype("int64").sum(axis=0)
+        offset = -zero * multiplier * sums
+        if var in self.biased:  # the offset joins the bias
+            self.pending[var] = (scaled, offset)
+            return scaled
+        return self.builder_.emit(relax.op.add(scaled, relax.const(offset.astype("float32"))))
+
+    def _input(self, data: relax.Var, scale: float, zero: int) -> relax.Var:
+        if data not in self.quantized:
+            shifted = relax.op.add(relax.op.multiply(self.visit_expr(data),
+                                                     relax.const(1.0 / scale, "float32")),
+                                   relax.const(zero + 0.5, "float32"))
+            clipped = relax.op.clip(shifted, relax.prim_value(0.0),
+                                    relax.prim_value(float(ACTIVATION_MAX)))
+            self.quantized[data] = self.builder_.emit(relax.op.astype(clipped, "uint8"))
+        return self.quantized[data]
+
+
+
+def _conv_args(attrs, changes: dict) -> dict:
+    names = ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout",
+             "out_layout", "out_dtype")
+    return {name: changes.get(name, getattr(attrs, name)) for name in names}
