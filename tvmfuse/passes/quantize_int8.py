@@ -12,10 +12,19 @@ in NHWC/HWIO or a matmul by a constant ``[K, N]`` matrix, its reduction in whole
 so that ``y`` is ``x @ W`` up to rounding: the zero point's share of every sum is a constant per
 output column, folded into the bias where one follows (a constant add). Weights are quantized
 per output column over [-127, 127]; the input's scale ``sx`` and zero point ``zp`` map the range
-its calibration saw (with 0 in it, so that 0.0 is exact) onto [0, 255]. A conv that pads its
-input reads the padding as 0, which is ``x = 0.0`` only where ``zp`` is 0 (a ReLU's output):
-a padded conv whose input goes below 0 stays float32 (an image-reading stem), as do convs and
-matmuls whose reduction is not whole quads.
+its calibration saw (with 0 in it, so that 0.0 is exact) onto [0, 255]. A conv's own padding
+reads 0, which is ``x = 0.0`` only where ``zp`` is 0 (a ReLU's output); over an input that goes
+below 0 (an image-reading stem) the quantized input is padded with ``zp`` by a pad of its own,
+and the conv pads nothing. That pad also gives a conv over input channels that are not whole
+quads (an RGB stem's 3) the channels it lacks, against zero weights. A matmul whose reduction
+is not whole quads stays float32.
+
+A conv's quantized input that other ops read too (a residual block's input, which the block's
+last add reads) is stored only quantized: those readers dequantize the uint8 copy,
+``(float32(xq) - zp) * sx``, which the epilogue patterns take into their kernels, as ONNX
+Runtime's int8 ResNets keep their residual stream in uint8. The block's output is then written
+as uint8 by its kernel, not as float32 and then quantized by another (ResNet-50: a quarter of
+the bytes its residual kernels moved).
 
 The range of each site's input comes from a calibration run: ObserveQuantized adds the minimum
 and the maximum of every distinct site input to ``main``'s outputs (after the model's own, in
@@ -73,8 +82,7 @@ def _quantizable(call: relax.Call) -> bool:
     if call.op.name == _CONV:
         attrs = call.attrs
         return (int(attrs.groups) == 1 and str(attrs.data_layout) == "NHWC"
-                and str(attrs.kernel_layout) == "HWIO" and str(attrs.out_layout) == "NHWC"
-                and shape[2] % GROUP == 0)
+                and str(attrs.kernel_layout) == "HWIO" and str(attrs.out_layout) == "NHWC")
     return len(shape) == 2 and shape[0] % GROUP == 0
 
 
@@ -125,12 +133,10 @@ def observed_count(mod: tvm.IRModule) -> int:
 @tvm.transform.module_pass(opt_level=0, name="QuantizeInt8")
 class QuantizeInt8:
     """Quantize ``main``'s sites; ``ranges`` holds ``(min, max)`` of each distinct site input,
-    in ObserveQuantized's order. ``report`` (a list), when given, receives one line per site
-    left in float32, saying why."""
+    in ObserveQuantized's order."""
 
-    def __init__(self, ranges: Sequence[tuple[float, float]], report: list | None = None):
+    def __init__(self, ranges: Sequence[tuple[float, float]]):
         self.ranges = [tuple(map(float, r)) for r in ranges]
-        self.report = report
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         func = mod["main"]
@@ -140,25 +146,41 @@ class QuantizeInt8:
                                f"where the module has {len(inputs)}: calibrate again with "
                                f"this tvmfuse")
         ranges = dict(zip(inputs, self.ranges))
-        mutator = _Quantize(mod, ranges, _biased(func), self.report)
+        reads = _reads(func)
+        mutator = _Quantize(mod, ranges, _biased(func, reads), _stored_quantized(func, reads))
         updated = mod.clone()
         updated["main"] = mutator.visit_expr(func)
         return updated
 
 
-def _biased(func: relax.Function) -> set:
-    """The vars of ``func`` read once, by an add of a constant (a bias)."""
+def _reads(func: relax.Function) -> dict:
+    """Var -> how many times ``func`` reads it."""
     reads: dict = {}
-    biased = set()
 
     def visit(expr):
         if isinstance(expr, relax.Var):
             reads[expr] = reads.get(expr, 0) + 1
 
     relax.analysis.post_order_visit(func.body, visit)
+    return reads
+
+
+def _stored_quantized(func: relax.Function, reads: dict) -> set:
+    """The site inputs stored only quantized: conv inputs (NHWC feature maps) bound in the
+    dataflow and read by other ops than sites too (see the module docstring)."""
+    by_sites: dict = {}
+    for _, call in _sites(func):
+        by_sites[call.args[0]] = by_sites.get(call.args[0], 0) + 1
+    convs = {call.args[0] for _, call in _sites(func) if call.op.name == _CONV}
+    return {var for var in convs if isinstance(var, relax.DataflowVar)
+            and reads.get(var, 0) > by_sites[var]}
+
+
+def _biased(func: relax.Function, reads: dict) -> set:
+    """The vars of ``func`` read once, by an add of a constant (a bias)."""
+    biased = set()
     for block in func.body.blocks:
         for binding in block.bindings:
-            reads[binding.var] = reads.get(binding.var, 1) - 1  # visited at its binding too
             value = binding.value
             if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
                     and value.op.name == "relax.add" and isinstance(value.args[0], relax.Var)
@@ -189,19 +211,17 @@ def weight_scales(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @relax.expr_functor.mutator
 class _Quantize(relax.PyExprMutator):
-    def __init__(self, mod, ranges: dict, biased: set, report: list | None):
+    def __init__(self, mod, ranges: dict, biased: set, stored: set):
         super().__init__(mod)
-        self.ranges, self.biased, self.report = ranges, biased, report
+        self.ranges, self.biased, self.stored = ranges, biased, stored
         self.quantized: dict = {}  # input var -> its uint8 var
         self.pending: dict = {}  # site var -> (its dequantized var, offset): its bias to come
 
     def visit_var_binding_(self, binding):
         value = binding.value
         if isinstance(value, relax.Call) and _quantizable(value):
-            site = self._site(binding.var, value)
-            if site is not None:
-                self.set_var_remap(binding.var, site)
-                return
+            self.set_var_remap(binding.var, self._site(binding.var, value))
+            return
         if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
                 and value.op.name == "relax.add" and isinstance(value.args[1], tvm.ir.expr.Constant)
                 and isinstance(value.args[0], relax.Var) and value.args[0] in self.pending):
@@ -211,21 +231,32 @@ class _Quantize(relax.PyExprMutator):
             self.set_var_remap(binding.var, var)
             return
         super().visit_var_binding_(binding)
+        if binding.var in self.stored:
+            # quantized here, and every later reader but the sites reads it dequantized
+            scale, zero = activation_scale(*self.ranges[binding.var])
+            xq = self._input(binding.var, scale, zero)
+            widened = relax.op.multiply(relax.op.astype(xq, "float32"),
+                                        relax.const(scale, "float32"))
+            self.set_var_remap(binding.var, self.builder_.emit(
+                relax.op.add(widened, relax.const(-zero * scale, "float32"))))
 
-    def _site(self, var: relax.Var, call: relax.Call) -> relax.Var | None:
+    def _site(self, var: relax.Var, call: relax.Call) -> relax.Var:
         data = call.args[0]
         low, high = self.ranges[data]
         scale, zero = activation_scale(low, high)
-        padded = call.op.name == _CONV and any(int(p) for p in call.attrs.padding)
-        if padded and zero:
-            if self.report is not None:
-                self.report.append(f"{var.name}: a padded conv over an input below 0 "
-                                   f"(down to {low:.3g}) stays float32")
-            return None
         xq = self._input(data, scale, zero)
         weight, column_scale = weight_scales(call.args[1].value.numpy())
         if call.op.name == _CONV:
             fields = {"out_dtype": "int32"}
+            padding = [int(p) for p in call.attrs.padding]  # top, left, bottom, right
+            channels = -weight.shape[2] % GROUP
+            if (zero and any(padding)) or channels:
+                # padded here with the zero point (x = 0.0), and to whole quads of channels
+                xq = self.builder_.emit(relax.op.nn.pad(
+                    xq, [0, 0, padding[0], padding[2], padding[1], padding[3], 0, channels],
+                    pad_value=float(zero)))
+                weight = np.pad(weight, [(0, 0), (0, 0), (0, channels), (0, 0)])
+                fields["padding"] = [0, 0, 0, 0]
             acc = relax.op.nn.conv2d(xq, relax.const(weight), **_conv_args(call.attrs, fields))
         else:
             acc = relax.op.matmul(xq, relax.const(weight), out_dtype="int32")

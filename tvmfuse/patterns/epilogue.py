@@ -101,14 +101,26 @@ def epilogue_patterns(family: str, max_group_size: int, quantized: bool = False
                         name, pattern = _variant(family, data(), bias, residual, act, tail)
                         variants.append(((-epilogue, rank), name, pattern))
     variants.sort(key=lambda v: v[0])  # the longest epilogue first, with its prologue first
-    return [FusionPattern(name, pattern, {}, _at_most(max_group_size))
-            for _, name, pattern in variants]
+    limit = max_group_size + (QUANTIZATION_OPS if quantized else 0)
+    return [FusionPattern(name, pattern, {}, _at_most(limit)) for _, name, pattern in variants]
+
+
+#: The ops an int8 build's epilogue holds beyond the float32 one's, which its group may hold
+#: over the rule's max_group_size: the sums' dequantization (2), the residual's (3) and the
+#: output's quantization (4).
+QUANTIZATION_OPS = 9
 
 
 def dequantized(anchor: DFPattern) -> DFPattern:
     """The anchor, or its int32 sums scaled back to float32 (an int8 build's GEMM or conv:
     :mod:`tvmfuse.passes.quantize_int8`)."""
     return is_op("relax.multiply")(is_op("relax.astype")(anchor), is_const()) | anchor
+
+
+def dequantized_input() -> DFPattern:
+    """A tensor stored quantized, read as float32: ``float32(xq) * sx + c`` (QuantizeInt8)."""
+    widened = is_op("relax.multiply")(is_op("relax.astype")(wildcard()), is_const())
+    return is_op("relax.add")(widened, is_const())
 
 
 def quantize(y: DFPattern) -> DFPattern:
@@ -124,7 +136,7 @@ def _variant(family: str, data: DFPattern, bias: bool, residual: bool, act: str 
     if bias:  # a folded bias is a constant; a residual is computed
         y, parts = is_op("relax.add")(y, is_const()), [*parts, "bias"]
     if residual:  # (dpl matches add and multiply in either operand order)
-        y, parts = is_op("relax.add")(y, wildcard()), [*parts, "add"]
+        y, parts = is_op("relax.add")(y, dequantized_input() | wildcard()), [*parts, "add"]
     if act:
         y, parts = ACTIVATIONS[act](y), [*parts, act]
     if quantized:
