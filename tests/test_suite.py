@@ -80,6 +80,24 @@ def test_small_config_in_bf16_on_this_cpu_as_accurate_as_pytorch(name, tmp_path)
         assert check.rel_err < max(TOLERANCE["bfloat16"], check.peer_err), check
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=(
+        "int8 is 1.1e-1 off float32 (top-1 agreement 78% in `tvmfuse bench tiny-efficientnet "
+        "--dtype int8`; ONNX Runtime's int8 0%): its squeeze-excited convs need a wider "
+        "precision than one uint8 scale per tensor"))) if name == "efficientnet" else name
+    for name in SUITE])
+def test_small_config_in_int8_on_this_cpu_within_int8_tolerance(name, tmp_path):
+    """Each architecture in int8 on this CPU (its GEMMs and convs on vpdpbusd where the CPU has
+    AVX-512 VNNI) within int8's tolerance of PyTorch fp32 (1e-1; transformers land at 1e-3 to
+    2e-2)."""
+    model = api.import_model(f"tiny-{name}")
+    compiled = api.compile_model(model, TARGET, api.BuildOptions(use_database=False,
+                                                                 dtype="int8"))
+    for check in verify(api.load(api.build(compiled, tmp_path / "out")), model):
+        assert check.rel_err < TOLERANCE["int8"], check
+
+
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("name", list(SUITE))

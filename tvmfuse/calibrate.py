@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import TvmfuseError
+from .passes.quantize_int8 import STATISTICS
 from .specs import SEED, random_inputs
 
 log = logging.getLogger(__name__)
@@ -84,12 +85,14 @@ def ranges(model, target, options, build) -> tuple[tuple[float, float], ...]:
     executable = build(here, dataclasses.replace(options, int8_ranges=None))
     device = here.device_here()
     vm = relax.VirtualMachine(executable, device)
-    seen = None
+    seen = []
     for arrays in sets:
         result = vm["main"](*(tvm.runtime.tensor(a, device) for a in arrays))
-        values = np.array([float(t.numpy()) for t in result[1]]).reshape(-1, 2)
-        seen = values if seen is None else np.stack(
-            [np.minimum(seen[:, 0], values[:, 0]), np.maximum(seen[:, 1], values[:, 1])], 1)
-    log.info("calibrated %d quantized tensors on %d input sets in %.1f s", len(seen),
+        seen.append(np.array([float(t.numpy()) for t in result[1]]).reshape(-1, len(STATISTICS)))
+    seen = np.stack(seen)  # [set, tensor, statistic]
+    low, high = seen[:, :, 0].min(0), seen[:, :, 1].max(0)
+    mean, meansq = seen[:, :, 2].mean(0), seen[:, :, 3].mean(0)
+    std = np.sqrt(np.maximum(meansq - mean**2, 0.0))
+    log.info("calibrated %d quantized tensors on %d input sets in %.1f s", len(low),
              len(sets), time.perf_counter() - start)
-    return tuple((float(low), float(high)) for low, high in seen)
+    return tuple(zip(low.tolist(), high.tolist(), std.tolist()))

@@ -120,10 +120,21 @@ def analyze(model: ImportedModel, target: TargetSpec, options: BuildOptions, *,
     ``options.dump_ir`` is set, numbered as :data:`tvmfuse.pipeline.PHASES` numbers the phases.
     """
     analysis = Analysis([], [], {})
+    options = calibrated(model, target, options)
     with _applied_database(target, options, analysis, pipeline.uses_database(until)) as database:
         mod = pipeline.run(model.mod, target, options, database=database, until=until,
                            on_phase=_observer(model, options, analysis))
     return mod, analysis
+
+
+def calibrated(model: ImportedModel, target: TargetSpec, options: BuildOptions) -> BuildOptions:
+    """``options`` with the ranges an int8 build quantizes with, measured by a calibration run
+    (:mod:`tvmfuse.calibrate`) where they are not set yet; other builds' as they are."""
+    if options.dtype != "int8" or options.int8_ranges is not None:
+        return options
+    ranges = calibrate.ranges(model, target, options,
+                              lambda here, observing: pipeline.build(model.mod, here, observing))
+    return replace(options, int8_ranges=ranges)
 
 
 def _observer(model: ImportedModel, options: BuildOptions, analysis: Analysis,
@@ -211,11 +222,9 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
     analysis = Analysis([], [], {})
     kernel_cache.install(options.cache)
     try:
-        if options.dtype == "int8" and options.int8_ranges is None:
+        if options.dtype == "int8":
             with times.measure("calibrate"):
-                options = replace(options, int8_ranges=calibrate.ranges(
-                    model, target, options,
-                    lambda here, observing: pipeline.build(model.mod, here, observing)))
+                options = calibrated(model, target, options)
         with contextlib.ExitStack() as stack:
             with times.measure("database"):
                 database = stack.enter_context(

@@ -163,8 +163,10 @@ def _phases(plan: _Plan) -> list[Phase]:
             # int8: the GEMMs and convs over constant weights quantized, with the ranges the
             # calibration measured; without them, the calibration's own build, which returns
             # the ranges of what would be quantized
-            _if(options.dtype == "int8", ObserveQuantized() if options.int8_ranges is None
-                else QuantizeInt8(options.int8_ranges)),
+            _if(options.dtype == "int8", tvm.transform.Sequential([
+                relax.transform.CanonicalizeBindings(),  # a pool's `(out, indices)[0]`
+                ObserveQuantized() if options.int8_ranges is None
+                else QuantizeInt8(options.int8_ranges)])),
         ])),
         # 2. Canonicalize: what BatchNorm is left becomes arithmetic, and the `(out, mean, var)[0]`
         #    tuple it leaves is folded away so fusion can see through it.

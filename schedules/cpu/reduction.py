@@ -54,8 +54,10 @@ def schedule_rows(sch: s_tir.Schedule, blocks: list, lanes: int) -> bool:
     if is_reduction(sch, blocks[-1]):
         return False
     loops = sch.get_loops(blocks[-1])
+    if len(loops) < 2:
+        return False  # one row at most (a whole tensor's mean is a scalar)
     row = static_extent(sch, loops[-1])
-    if len(loops) < 2 or not _reduces_rows(sch, blocks, row, lanes):
+    if not _reduces_rows(sch, blocks, row, lanes):
         return False
     # partial results first: rfactor refuses a block that compute_at has moved
     partials = [p for p in (_vector_partials(sch, b, lanes) for b in blocks

@@ -24,11 +24,18 @@ last add reads) is stored only quantized: those readers dequantize the uint8 cop
 ``(float32(xq) - zp) * sx``, which the epilogue patterns take into their kernels, as ONNX
 Runtime's int8 ResNets keep their residual stream in uint8. The block's output is then written
 as uint8 by its kernel, not as float32 and then quantized by another (ResNet-50: a quarter of
-the bytes its residual kernels moved).
+the bytes its residual kernels moved). A max pool over a tensor that only the pool reads, whose
+output is quantized, pools the quantized input instead (quantization is monotonic, so the two orders agree exactly): the stem's kernel
+writes uint8 and the pool reads a quarter of the bytes.
 
-The range of each site's input comes from a calibration run: ObserveQuantized adds the minimum
-and the maximum of every distinct site input to ``main``'s outputs (after the model's own, in
-the order the sites bind), and the build runs that float32 module on calibration inputs
+A site whose input a uint8 grid resolves poorly stays float32: where the rounding noise of one
+step (``sx**2 / 12``) is within MIN_SNR_DB of the input's variance (a range stretched by rare
+outliers), and the build's log names it.
+
+The range of each site's input comes from a calibration run: ObserveQuantized adds the minimum,
+maximum, mean and mean square of every distinct site input to ``main``'s outputs (after the
+model's own, in the order the sites bind), and the build runs that float32 module on calibration
+inputs
 (:mod:`tvmfuse.calibrate`); QuantizeInt8 takes the ranges in the same order. Both enumerate the
 sites of the same module (the pipeline up to here is the same for both), so the orders agree;
 a count that does not is an error, never a silent misassignment.
@@ -39,6 +46,7 @@ convs into batched matmuls first) and the folds; weights are constants.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import numpy as np
@@ -47,6 +55,8 @@ from tvm import relax
 
 from ..errors import TvmfuseError
 
+log = logging.getLogger(__name__)
+
 #: The products one instruction sums per lane (``vpdpbusd``: four): a site's reduction must
 #: be a multiple, for its kernel to run on the instruction.
 GROUP = 4
@@ -54,6 +64,13 @@ GROUP = 4
 WEIGHT_MAX = 127
 #: The uint8 activation's largest value.
 ACTIVATION_MAX = 255
+#: The least signal-to-noise ratio (dB: the input's variance over a uint8 step's rounding
+#: noise) at which a site is quantized. A tensor that spreads over its range sits near 40 dB
+#: (ResNet's, ViT's, ConvNeXt's, T5's inputs: 39-45 dB); EfficientNet's squeeze-excited
+#: expansions, a few outliers stretching the range, 29 dB, and quantized its build was 1.3e-1
+#: off float32 (`python -m tvmfuse build efficientnet --dtype int8 --verify -v` logs each
+#: site's).
+MIN_SNR_DB = 33.0
 
 _CONV, _MATMUL = "relax.nn.conv2d", "relax.matmul"
 
@@ -98,8 +115,8 @@ def _inputs(func: relax.Function) -> list[relax.Var]:
 
 @tvm.transform.module_pass(opt_level=0, name="ObserveQuantized")
 class ObserveQuantized:
-    """Return, after ``main``'s own outputs, the minimum and maximum of each input of its
-    quantizable sites (see the module docstring): ``(outputs, (min_0, max_0, min_1, ...))``."""
+    """Return, after ``main``'s own outputs, STATISTICS of each input of its quantizable sites
+    (see the module docstring): ``(outputs, (min_0, max_0, mean_0, meansq_0, min_1, ...))``."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         func = mod["main"]
@@ -108,9 +125,11 @@ class ObserveQuantized:
         bindings = []
         observed = []
         for index, data in enumerate(inputs):
-            for name, op in (("min", relax.op.min), ("max", relax.op.max)):
+            for name, value in (("min", relax.op.min(data)), ("max", relax.op.max(data)),
+                                ("mean", relax.op.mean(data)),
+                                ("meansq", relax.op.mean(relax.op.multiply(data, data)))):
                 var = relax.Var(f"observed_{name}_{index}")
-                bindings.append(relax.VarBinding(var, op(data)))
+                bindings.append(relax.VarBinding(var, value))
                 observed.append(var)
         last = blocks[-1]
         if isinstance(last, relax.DataflowBlock):
@@ -125,6 +144,10 @@ class ObserveQuantized:
         return relax.transform.Normalize()(updated)
 
 
+#: What ObserveQuantized returns of each input, in order.
+STATISTICS = ("min", "max", "mean", "meansq")
+
+
 def observed_count(mod: tvm.IRModule) -> int:
     """How many inputs ObserveQuantized observes in ``mod``'s ``main``."""
     return len(_inputs(mod["main"]))
@@ -132,10 +155,10 @@ def observed_count(mod: tvm.IRModule) -> int:
 
 @tvm.transform.module_pass(opt_level=0, name="QuantizeInt8")
 class QuantizeInt8:
-    """Quantize ``main``'s sites; ``ranges`` holds ``(min, max)`` of each distinct site input,
-    in ObserveQuantized's order."""
+    """Quantize ``main``'s sites; ``ranges`` holds ``(min, max, standard deviation)`` of each
+    distinct site input, in ObserveQuantized's order (see :mod:`tvmfuse.calibrate`)."""
 
-    def __init__(self, ranges: Sequence[tuple[float, float]]):
+    def __init__(self, ranges: Sequence[tuple[float, float, float]]):
         self.ranges = [tuple(map(float, r)) for r in ranges]
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
@@ -145,12 +168,35 @@ class QuantizeInt8:
             raise TvmfuseError(f"the calibration observed {len(self.ranges)} quantized inputs "
                                f"where the module has {len(inputs)}: calibrate again with "
                                f"this tvmfuse")
-        ranges = dict(zip(inputs, self.ranges))
+        ranges = {}
+        for data, (low, high, std) in zip(inputs, self.ranges):
+            snr = signal_to_noise(low, high, std)
+            if snr >= MIN_SNR_DB:
+                ranges[data] = (low, high)
+            else:
+                log.warning("int8: %s (%s, range %.3g to %.3g) stays float32: %.0f dB of signal "
+                            "over a uint8 step's noise, under %.0f", data.name,
+                            _readers(func, data), low, high, snr, MIN_SNR_DB)
         reads = _reads(func)
-        mutator = _Quantize(mod, ranges, _biased(func, reads), _stored_quantized(func, reads))
+        stored = _stored_quantized(func, reads) & set(ranges)
+        mutator = _Quantize(mod, ranges, _biased(func, reads), stored,
+                            _pooled(func, reads, stored) & set(ranges))
         updated = mod.clone()
         updated["main"] = mutator.visit_expr(func)
         return updated
+
+
+def signal_to_noise(low: float, high: float, std: float) -> float:
+    """The ratio (dB) of a tensor's variance to the rounding noise of its uint8 step."""
+    scale, _ = activation_scale(low, high)
+    return float(10 * np.log10(max(std, 1e-30) ** 2 / (scale * scale / 12)))
+
+
+def _readers(func: relax.Function, data: relax.Var) -> str:
+    """The ops of the sites that read ``data``, in words (for the log)."""
+    ops = sorted({call.op.name.removeprefix("relax.").removeprefix("nn.")
+                  for _, call in _sites(func) if call.args[0].same_as(data)})
+    return " and ".join(ops) + " input"
 
 
 def _reads(func: relax.Function) -> dict:
@@ -174,6 +220,25 @@ def _stored_quantized(func: relax.Function, reads: dict) -> set:
     convs = {call.args[0] for _, call in _sites(func) if call.op.name == _CONV}
     return {var for var in convs if isinstance(var, relax.DataflowVar)
             and reads.get(var, 0) > by_sites[var]}
+
+
+def _pooled(func: relax.Function, reads: dict, stored: set) -> set:
+    """The site inputs that are a max pool's output, read by sites only or ``stored``, over an
+    input read by the pool only (see the module docstring)."""
+    by_sites: dict = {}
+    for _, call in _sites(func):
+        by_sites[call.args[0]] = by_sites.get(call.args[0], 0) + 1
+    pooled = set()
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if (binding.var in by_sites
+                    and (reads.get(binding.var) == by_sites[binding.var] or binding.var in stored)
+                    and isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
+                    and value.op.name == "relax.nn.max_pool2d"
+                    and reads.get(value.args[0]) == 1):
+                pooled.add(binding.var)
+    return pooled
 
 
 def _biased(func: relax.Function, reads: dict) -> set:
@@ -211,15 +276,16 @@ def weight_scales(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @relax.expr_functor.mutator
 class _Quantize(relax.PyExprMutator):
-    def __init__(self, mod, ranges: dict, biased: set, stored: set):
+    def __init__(self, mod, ranges: dict, biased: set, stored: set, pooled: set):
         super().__init__(mod)
-        self.ranges, self.biased, self.stored = ranges, biased, stored
+        self.ranges, self.biased, self.stored, self.pooled = ranges, biased, stored, pooled
         self.quantized: dict = {}  # input var -> its uint8 var
         self.pending: dict = {}  # site var -> (its dequantized var, offset): its bias to come
 
     def visit_var_binding_(self, binding):
         value = binding.value
-        if isinstance(value, relax.Call) and _quantizable(value):
+        if (isinstance(value, relax.Call) and _quantizable(value)
+                and value.args[0] in self.ranges):
             self.set_var_remap(binding.var, self._site(binding.var, value))
             return
         if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
@@ -230,19 +296,30 @@ class _Quantize(relax.PyExprMutator):
             var = self.builder_.emit(relax.op.add(scaled, relax.const(bias.astype("float32"))))
             self.set_var_remap(binding.var, var)
             return
+        if binding.var in self.pooled:  # the pool over the quantized input, for the sites
+            scale, zero = activation_scale(*self.ranges[binding.var][:2])
+            pooled = _quantized(self.visit_expr(value.args[0]), scale, zero)
+            self.quantized[binding.var] = self.builder_.emit(
+                relax.Call(value.op, [self.builder_.emit(pooled)], value.attrs))
+            if binding.var in self.stored:
+                self._dequantize(binding.var)
+            return
         super().visit_var_binding_(binding)
         if binding.var in self.stored:
-            # quantized here, and every later reader but the sites reads it dequantized
-            scale, zero = activation_scale(*self.ranges[binding.var])
-            xq = self._input(binding.var, scale, zero)
-            widened = relax.op.multiply(relax.op.astype(xq, "float32"),
-                                        relax.const(scale, "float32"))
-            self.set_var_remap(binding.var, self.builder_.emit(
-                relax.op.add(widened, relax.const(-zero * scale, "float32"))))
+            self._dequantize(binding.var)
+
+    def _dequantize(self, var: relax.Var) -> None:
+        """Quantize ``var`` here, and make every later reader but the sites read it
+        dequantized."""
+        scale, zero = activation_scale(*self.ranges[var][:2])
+        xq = self._input(var, scale, zero)
+        widened = relax.op.multiply(relax.op.astype(xq, "float32"), relax.const(scale, "float32"))
+        self.set_var_remap(var, self.builder_.emit(
+            relax.op.add(widened, relax.const(-zero * scale, "float32"))))
 
     def _site(self, var: relax.Var, call: relax.Call) -> relax.Var:
         data = call.args[0]
-        low, high = self.ranges[data]
+        low, high = self.ranges[data][:2]
         scale, zero = activation_scale(low, high)
         xq = self._input(data, scale, zero)
         weight, column_scale = weight_scales(call.args[1].value.numpy())
@@ -275,13 +352,18 @@ class _Quantize(relax.PyExprMutator):
 
     def _input(self, data: relax.Var, scale: float, zero: int) -> relax.Var:
         if data not in self.quantized:
-            shifted = relax.op.add(relax.op.multiply(self.visit_expr(data),
-                                                     relax.const(1.0 / scale, "float32")),
-                                   relax.const(zero + 0.5, "float32"))
-            clipped = relax.op.clip(shifted, relax.prim_value(0.0),
-                                    relax.prim_value(float(ACTIVATION_MAX)))
-            self.quantized[data] = self.builder_.emit(relax.op.astype(clipped, "uint8"))
+            self.quantized[data] = self.builder_.emit(
+                _quantized(self.visit_expr(data), scale, zero))
         return self.quantized[data]
+
+
+def _quantized(x: relax.Expr, scale: float, zero: int) -> relax.Expr:
+    """``uint8(clip(x / scale + zero + 0.5, 0, 255))``: ``x`` rounded to its nearest step."""
+    shifted = relax.op.add(relax.op.multiply(x, relax.const(1.0 / scale, "float32")),
+                           relax.const(zero + 0.5, "float32"))
+    clipped = relax.op.clip(shifted, relax.prim_value(0.0),
+                            relax.prim_value(float(ACTIVATION_MAX)))
+    return relax.op.astype(clipped, "uint8")
 
 
 
