@@ -25,8 +25,8 @@ last add reads) is stored only quantized: those readers dequantize the uint8 cop
 Runtime's int8 ResNets keep their residual stream in uint8. The block's output is then written
 as uint8 by its kernel, not as float32 and then quantized by another (ResNet-50: a quarter of
 the bytes its residual kernels moved). A max pool over a tensor that only the pool reads, whose
-output is quantized, pools the quantized input instead (quantization is monotonic, so the two orders agree exactly): the stem's kernel
-writes uint8 and the pool reads a quarter of the bytes.
+output is quantized, pools the quantized input instead (quantization is monotonic, so the two
+orders agree exactly): the stem's kernel writes uint8 and the pool reads a quarter of the bytes.
 
 A site whose input a uint8 grid resolves poorly stays float32: where the rounding noise of one
 step (``sx**2 / 12``) is within MIN_SNR_DB of the input's variance (a range stretched by rare
@@ -35,10 +35,9 @@ outliers), and the build's log names it.
 The range of each site's input comes from a calibration run: ObserveQuantized adds the minimum,
 maximum, mean and mean square of every distinct site input to ``main``'s outputs (after the
 model's own, in the order the sites bind), and the build runs that float32 module on calibration
-inputs
-(:mod:`tvmfuse.calibrate`); QuantizeInt8 takes the ranges in the same order. Both enumerate the
-sites of the same module (the pipeline up to here is the same for both), so the orders agree;
-a count that does not is an error, never a silent misassignment.
+inputs (:mod:`tvmfuse.calibrate`); QuantizeInt8 takes the ranges in the same order. Both
+enumerate the sites of the same module (the pipeline up to here is the same for both), so the
+orders agree; a count that does not is an error, never a silent misassignment.
 
 Preconditions: after the layout passes (NHWC/HWIO convs; Winograd off, which would turn 3x3
 convs into batched matmuls first) and the folds; weights are constants.
@@ -115,7 +114,7 @@ def _inputs(func: relax.Function) -> list[relax.Var]:
 
 @tvm.transform.module_pass(opt_level=0, name="ObserveQuantized")
 class ObserveQuantized:
-    """Return, after ``main``'s own outputs, STATISTICS of each input of its quantizable sites
+    """Return, after ``main``'s own outputs, the STATISTICS of each input of its quantizable sites
     (see the module docstring): ``(outputs, (min_0, max_0, mean_0, meansq_0, min_1, ...))``."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:

@@ -96,7 +96,8 @@ def epilogue_patterns(family: str, max_group_size: int, quantized: bool = False
                 if not (bias or residual or act):
                     continue  # the anchor alone is no fusion
                 for tail in ((True, False) if quantized else (False,)):
-                    epilogue = _size(_variant(family, wildcard(), bias, residual, act, tail)[1])
+                    epilogue = _size(_variant(family, wildcard(), bias, residual, act, tail,
+                                              sizing=True)[1])
                     for rank, data in enumerate((*_PROLOGUES[family], wildcard)):
                         name, pattern = _variant(family, data(), bias, residual, act, tail)
                         variants.append(((-epilogue, rank), name, pattern))
@@ -130,13 +131,17 @@ def quantize(y: DFPattern) -> DFPattern:
 
 
 def _variant(family: str, data: DFPattern, bias: bool, residual: bool, act: str | None,
-             quantized: bool = False) -> tuple[str, DFPattern]:
+             quantized: bool = False, sizing: bool = False) -> tuple[str, DFPattern]:
+    """The pattern of one variant and its name. ``sizing``: the pattern whose size orders the
+    variants, the residual a plain operand (its dequantization, in int8 builds, is an
+    alternative to a plain operand and does not make a variant longer than its bias one)."""
     y = dequantized(is_op(ANCHORS[family])(data, wildcard()))
     parts = []
     if bias:  # a folded bias is a constant; a residual is computed
         y, parts = is_op("relax.add")(y, is_const()), [*parts, "bias"]
     if residual:  # (dpl matches add and multiply in either operand order)
-        y, parts = is_op("relax.add")(y, dequantized_input() | wildcard()), [*parts, "add"]
+        operand = wildcard() if sizing else dequantized_input() | wildcard()
+        y, parts = is_op("relax.add")(y, operand), [*parts, "add"]
     if act:
         y, parts = ACTIVATIONS[act](y), [*parts, act]
     if quantized:

@@ -44,7 +44,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.analysis import estimate_tir_flops
 
 from .. import names, strategy
-from ..compiler import analyze
+from ..compiler import analyze, calibrated
 from ..errors import TvmfuseError
 from ..frontend import ImportedModel
 from ..options import BuildOptions
@@ -137,8 +137,10 @@ def tune_model(model: ImportedModel, target: TargetSpec, options: BuildOptions, 
                     remote.key, target.name, database_dir)
     if remote is not None:
         remote.check_reachable()
-    # the kernels of the build these options make (rules, precision, accumulator, fusion flags):
-    # the records are for them; the analysis stops before the schedules read any database
+    # the kernels of the build these options make (rules, precision, accumulator, fusion flags;
+    # an int8 build's quantization, calibrated once here): the records are for them; the
+    # analysis stops before the schedules read any database
+    options = calibrated(model, target, options)
     mod, _ = analyze(model, target, options)
     tvm_target = target.tvm_target()
     with tvm_target:
@@ -177,6 +179,7 @@ def compare(model: ImportedModel, target: TargetSpec, options: BuildOptions,
     from ..runtime import load  # noqa: PLC0415
 
     runs = {}
+    options = calibrated(model, target, options)  # both builds quantized alike (int8)
     with tempfile.TemporaryDirectory(prefix="tvmfuse-compare-") as scratch:
         for name, changes in (("untuned", {"use_database": False}),
                               ("tuned", {"database": Path(database_dir)})):
