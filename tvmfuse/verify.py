@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,12 +25,19 @@ import numpy as np
 
 from .errors import TvmfuseError, one_line
 from .runtime import MANIFEST, Deployed
-from .specs import symbolic_sizes
+from .specs import SEED, random_inputs, symbolic_sizes
 
 if TYPE_CHECKING:  # the deployment path (`tvmfuse run --check`) imports no frontend
     from .frontend import ImportedModel
 
 log = logging.getLogger(__name__)
+
+#: Inputs an int8 build's agreement with the reference is judged on (``--verify``), drawn after
+#: the calibration's: as many as `tvmfuse bench` judges the int8 engines on.
+AGREEMENT_INPUTS = 100
+#: The least agreement an int8 build verifies with: the share of inputs whose largest logit is
+#: the reference's (a classifier's 2-D first output), else the mean cosine similarity.
+MIN_AGREEMENT = {"top1": 0.99, "cosine": 0.99}
 
 #: Largest relative L2 error accepted per output dtype; integer outputs must match exactly.
 TOLERANCE = {"float64": 1e-7, "float32": 1e-4, "float16": 1e-2, "bfloat16": 2e-2, "int8": 1e-1}
@@ -130,6 +137,50 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
     return _judge(checks, model.reference_name)
 
 
+def agreement(run, reference, draws) -> dict[str, float] | None:
+    """How closely ``run`` (inputs -> outputs) follows ``reference`` on the input sets ``draws``,
+    judged on the first output: the share of its rows whose largest entry is the reference's
+    (``top1``) where it is 2-D, a classifier's logits; else the mean over the inputs of the cosine
+    similarity of the whole output (``cosine``), an encoder's hidden states. None where the first
+    output is not floating point."""
+    same = total = 0
+    cosines = []
+    for arrays in draws:
+        out, ref = run(arrays)[0], reference(*arrays)[0]
+        if ref.dtype.kind != "f":
+            return None
+        out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+        if ref.ndim == 2:
+            same += int((out.argmax(-1) == ref.argmax(-1)).sum())
+            total += ref.shape[0]
+        else:
+            norms = np.linalg.norm(out) * np.linalg.norm(ref)
+            cosines.append(float(out.ravel() @ ref.ravel() / norms) if norms else 0.0)
+    return {"top1": same / total} if total else {"cosine": float(np.mean(cosines))}
+
+
+def verify_agreement(deployed: Deployed, model: ImportedModel) -> dict[str, float] | None:
+    """An int8 build's :func:`agreement` with the reference on AGREEMENT_INPUTS seeded draws
+    after the calibration's; raises a TvmfuseError where it is under MIN_AGREEMENT."""
+    from .calibrate import DRAWS  # noqa: PLC0415 - the deployment path imports no TVM passes
+
+    specs = [replace(s, shape=a.shape) for s, a in zip(model.inputs, model.example_inputs)]
+    draws = (random_inputs(specs, model.value_ranges, seed=SEED + DRAWS + i)
+             for i in range(AGREEMENT_INPUTS))
+    found = agreement(deployed.run, model.reference, draws)
+    if found is None:
+        return None
+    (measure, value), = found.items()
+    log.info("verify: %s agreement with %s over %d inputs: %.4g", measure,
+             model.reference_name, AGREEMENT_INPUTS, value)
+    if value < MIN_AGREEMENT[measure]:
+        raise TvmfuseError(f"the int8 build agrees with {model.reference_name} on {value:.1%} "
+                           f"({measure}) of {AGREEMENT_INPUTS} inputs, under "
+                           f"{MIN_AGREEMENT[measure]:.0%}: this model loses too much in int8; "
+                           f"calibrate on real inputs (--calibrate) or build it in bf16")
+    return found
+
+
 def _peer_name(deployed: Deployed, model: ImportedModel) -> str | None:
     """What a narrow build is also held against: the PyTorch model in the build's precision
     ("pytorch float16"); None for float32 builds and ONNX models."""
@@ -212,10 +263,11 @@ def compare(deployed: Deployed, outs, refs, at: str, reference_name: str,
             for spec, out, ref, peer_err in zip(deployed.outputs, outs, refs, peer_errs)]
 
 
-def record(folder, checks: list[OutputCheck], reference_name: str) -> None:
+def record(folder, checks: list[OutputCheck], reference_name: str,
+           agreed: dict[str, float] | None = None) -> None:
     """Write what verification measured into the manifest of the (staged) build in ``folder``:
     every check, and which of them ran on the example inputs (those ``check.npz`` saves, where
-    ``tvmfuse run --check`` takes the peer's errors from)."""
+    ``tvmfuse run --check`` takes the peer's errors from); an int8 build's ``agreement``."""
     path = Path(folder) / MANIFEST
     manifest = json.loads(path.read_text())
     manifest["verification"] = {
@@ -223,6 +275,8 @@ def record(folder, checks: list[OutputCheck], reference_name: str) -> None:
         "examples_at": checks[0].at if checks else None,  # verify checks the examples first
         "checks": [c.to_json() for c in checks],
     }
+    if agreed is not None:
+        manifest["verification"]["agreement"] = {**agreed, "inputs": AGREEMENT_INPUTS}
     path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 

@@ -154,6 +154,9 @@ def test_cli_builds_and_verifies_int8_and_names_a_bad_calibration_file(tmp_path)
     assert "int8 calibration" in done.stderr
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["precision"] == "int8"
+    # top-1 agreement with PyTorch over 100 seeded inputs, in the manifest
+    agreed = manifest["verification"]["agreement"]
+    assert agreed["inputs"] == 100 and agreed["top1"] >= 0.99
     (tmp_path / "bad.npz").write_text("not numpy")
     done = run_cli("build", "tiny-resnet", "--dtype", "int8", "--calibrate",
                    str(tmp_path / "bad.npz"), "-o", str(tmp_path / "out2"))

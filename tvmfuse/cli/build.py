@@ -61,7 +61,7 @@ def handle(args: argparse.Namespace) -> int:
         env.short_openmp_spin()  # before torch is imported
     from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
     from ..buildtime import BuildTimes  # noqa: PLC0415
-    from ..verify import record, verify  # noqa: PLC0415
+    from ..verify import record, verify, verify_agreement  # noqa: PLC0415
 
     target = api.get_target(args.target)
     reason = target.why_not_runnable()
@@ -83,7 +83,8 @@ def handle(args: argparse.Namespace) -> int:
         if args.verify:
             start = time.perf_counter()
             checks = verify(deployed, model)
-            record(staged, checks, model.reference_name)
+            agreed = verify_agreement(deployed, model) if deployed.precision == "int8" else None
+            record(staged, checks, model.reference_name, agreed)
             worst = max(checks, key=lambda c: c.rel_err)
             peer = "" if worst.peer_err is None else f"; {worst.peer} {worst.peer_err:.2e}"
             log.info("verified %d output(s) against %s: worst relative L2 error %.2e (%s%s)",

@@ -110,25 +110,10 @@ def prepare(name: str, ctx: BenchContext) -> Engine:
 def agreement(run: Callable[[list[np.ndarray]], list[np.ndarray]], ctx: BenchContext,
               seeds: range) -> dict[str, float] | None:
     """How closely ``run`` (inputs -> outputs) follows the float32 reference on the inputs drawn
-    with ``seeds``, judged on the first output: the share of its rows whose largest entry is the
-    reference's (``top1``) where it is 2-D, a classifier's logits; else the mean over the inputs
-    of the cosine similarity of the whole output (``cosine``), an encoder's hidden states. None
-    where the first output is not floating point."""
-    same = total = 0
-    cosines = []
-    for seed in seeds:
-        arrays = ctx.seeded_inputs(seed)
-        out, ref = run(arrays)[0], ctx.model.reference(*arrays)[0]
-        if ref.dtype.kind != "f":
-            return None
-        out, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-        if ref.ndim == 2:
-            same += int((out.argmax(-1) == ref.argmax(-1)).sum())
-            total += ref.shape[0]
-        else:
-            norms = np.linalg.norm(out) * np.linalg.norm(ref)
-            cosines.append(float(out.ravel() @ ref.ravel() / norms) if norms else 0.0)
-    return {"top1": same / total} if total else {"cosine": float(np.mean(cosines))}
+    with ``seeds`` (:func:`tvmfuse.verify.agreement`: top-1 share or mean cosine)."""
+    from ...verify import agreement as measure  # noqa: PLC0415
+
+    return measure(run, ctx.model.reference, (ctx.seeded_inputs(seed) for seed in seeds))
 
 
 def check_names(names: list[str]) -> list[str]:
