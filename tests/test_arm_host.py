@@ -48,6 +48,20 @@ def test_mobilenet_v2_built_for_arm64_runs_on_the_emulated_host_and_matches_pyto
 
 
 @pytest.mark.arm
+def test_an_int8_build_for_arm64_runs_on_the_emulated_host_within_int8_error(arm_rpc, tmp_path):
+    """Calibrated here (the ranges are the model's), cross-compiled, run on the emulator: its
+    integer sums (no VNNI there: the scalar tile) as this host's int8 build computes them."""
+    model = api.import_model("tiny-resnet")
+    out = api.build(api.compile_model(model, ARM64, api.BuildOptions(dtype="int8")),
+                    tmp_path / "int8")
+    with api.load(out, arm_rpc) as deployed:
+        (output,) = deployed.run(model.example_inputs)
+    (reference,) = model.reference(*model.example_inputs)
+    assert np.linalg.norm(output - reference) / np.linalg.norm(reference) < 3e-2
+    assert output.argmax() == reference.argmax()
+
+
+@pytest.mark.arm
 def test_a_short_tuning_run_over_rpc_on_the_emulated_host(arm_rpc, tmp_path, monkeypatch):
     monkeypatch.setattr(env, "TUNING_LOGS", tmp_path / "tuning_logs")
     db_dir, plans = api.tune(api.import_model("tiny-resnet"), ARM64, api.BuildOptions(),
