@@ -213,6 +213,10 @@ def compile_model(model: ImportedModel, target: TargetSpec, options: BuildOption
     of each stage to ``times`` (a fresh :class:`~tvmfuse.buildtime.BuildTimes` when None; the
     CLI passes the one its import was timed in)."""
     log.info("compiling %s for %s (%s)", model.source, target.name, target.description)
+    if options.dtype == "int8" and target.vector is not None and not target.vector.dot_int8:
+        log.warning("%s has no int8 dot product tvmfuse uses (AVX-512 VNNI's vpdpbusd): an int8 "
+                    "build's GEMMs and convs sum in scalar integer arithmetic there; time it "
+                    "against --dtype fp32 (tvmfuse bench) before deploying it", target.name)
     if options.dtype == "bfloat16" and target.vector is not None and not target.vector.dot_bf16:
         log.warning("%s has no bf16 dot product tvmfuse uses (AVX-512 BF16's vdpbf16ps): a "
                     "bf16 build stores bf16 but computes in float32 arithmetic, slower than "

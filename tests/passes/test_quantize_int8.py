@@ -157,6 +157,10 @@ def test_cli_builds_and_verifies_int8_and_names_a_bad_calibration_file(tmp_path)
     # top-1 agreement with PyTorch over 100 seeded inputs, in the manifest
     agreed = manifest["verification"]["agreement"]
     assert agreed["inputs"] == 100 and agreed["top1"] >= 0.99
+    done = run_cli("build", "tiny-resnet", "--dtype", "int8", "--target", "cuda-sm90", "-o",
+                   str(tmp_path / "gpu"))
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "--dtype int8 builds for CPUs" in done.stderr
     (tmp_path / "bad.npz").write_text("not numpy")
     done = run_cli("build", "tiny-resnet", "--dtype", "int8", "--calibrate",
                    str(tmp_path / "bad.npz"), "-o", str(tmp_path / "out2"))

@@ -86,6 +86,8 @@ def handle(args: argparse.Namespace) -> int:
                  "%.2f ms with it (%+.1f%%)", times.repeat, times.untuned_ms, times.tuned_ms,
                  -100 * times.gain)
     dtype = "" if args.dtype == "fp32" else f" --dtype {args.dtype}"
+    if args.calibrate is not None:  # the same ranges, so the same kernels the records are for
+        dtype += f" --calibrate {args.calibrate}"
     log.info("build with it: tvmfuse build %s --target %s%s --db %s -o DIR", args.model,
              target.name, dtype, database)
     return 0
