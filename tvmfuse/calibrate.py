@@ -50,23 +50,26 @@ def input_sets(model, path: Path | None) -> list[list[np.ndarray]]:
                            f"({', '.join(names)}), each with a leading axis of input sets")
     counts = {stored[n].shape[0] if stored[n].ndim else 0 for n in names}
     if len(counts) != 1 or 0 in counts:
-        raise TvmfuseError(f"the arrays of {path} hold different numbers of input sets (their "
-                           f"first axis): give each input the same number, one or more")
+        raise TvmfuseError(f"the arrays of {path} must each hold one or more input sets along "
+                           f"their first axis, the same number for every input")
     sets = []
     for index in range(counts.pop()):
         arrays = []
-        for spec, example in zip(model.inputs, model.example_inputs):
+        for spec in model.inputs:
             array = stored[spec.name][index]
-            if array.ndim != example.ndim:
-                raise TvmfuseError(f"{path}: {spec.name!r} has sets of shape {array.shape}, "
-                                   f"the model's input is {example.shape}")
-            arrays.append(array.astype(example.dtype))
+            fixed = [d if isinstance(d, int) else None for d in spec.shape]  # None: symbolic
+            if array.ndim != len(fixed) or any(d is not None and d != n
+                                               for d, n in zip(fixed, array.shape)):
+                raise TvmfuseError(f"{path}: {spec.name!r} has sets of shape {array.shape}, the "
+                                   f"model's input is {tuple(d or '?' for d in fixed)}")
+            arrays.append(array.astype(spec.dtype))
         sets.append(arrays)
     return sets
 
 
-def ranges(model, target, options, build) -> tuple[tuple[float, float], ...]:
-    """``(min, max)`` of each tensor the int8 build quantizes, in ObserveQuantized's order:
+def ranges(model, target, options, build) -> tuple[tuple[float, float, float], ...]:
+    """``(min, max, standard deviation)`` of each tensor the int8 build may quantize, in
+    ObserveQuantized's order, over every input set:
     ``build(target, options)`` builds the observing module (``options`` as the int8 build's,
     without ranges), run here on :func:`input_sets`. A target that does not run here (a
     cross-compiled CPU) is calibrated on this host's CPU: the ranges are the model's, and the

@@ -173,7 +173,7 @@ def verify_agreement(deployed: Deployed, model: ImportedModel) -> dict[str, floa
     (measure, value), = found.items()
     log.info("verify: %s agreement with %s over %d inputs: %.4g", measure,
              model.reference_name, AGREEMENT_INPUTS, value)
-    if value < MIN_AGREEMENT[measure]:
+    if not value >= MIN_AGREEMENT[measure]:  # NaN outputs agree with nothing
         raise TvmfuseError(f"the int8 build agrees with {model.reference_name} on {value:.1%} "
                            f"({measure}) of {AGREEMENT_INPUTS} inputs, under "
                            f"{MIN_AGREEMENT[measure]:.0%}: this model loses too much in int8; "

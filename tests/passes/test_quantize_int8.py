@@ -6,6 +6,8 @@ build stays within int8's error of PyTorch float32 with the same top-1."""
 from __future__ import annotations
 
 import json
+import logging
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -105,6 +107,23 @@ def test_a_transformer_in_int8_keeps_its_cosine_with_pytorch(tmp_path):
     ref = model.reference(*model.example_inputs)[0]
     cosine = float(out.ravel() @ ref.ravel() / np.linalg.norm(out) / np.linalg.norm(ref))
     assert cosine > 0.999 and relative_error(out, ref) < 5e-2
+
+
+def test_a_site_whose_input_a_uint8_grid_resolves_poorly_stays_float32(block, caplog,
+                                                                       tmp_path):
+    options = compiler.calibrated(block, TARGET, INT8)
+    ranges = list(options.int8_ranges)
+    low, high, _ = ranges[2]  # the block's 3x3 conv's input
+    ranges[2] = (low, high, (high - low) / 1000)  # a spread far inside the range: outliers
+    options = replace(options, int8_ranges=tuple(ranges))
+    caplog.set_level(logging.WARNING)
+    mod = pipeline.run(block.mod, TARGET, options, until="fold")
+    assert "(conv2d input" in caplog.text and "stays float32" in caplog.text
+    inputs = sorted(str(c.args[0].ty.dtype) for c in _calls(mod, "relax.nn.conv2d"))
+    assert inputs == ["float32", "uint8", "uint8", "uint8"]
+    deployed = api.load(api.build(api.compile_model(block, TARGET, options), tmp_path / "out"))
+    x = block.example_inputs[0]
+    assert relative_error(deployed.run([x])[0], block.reference(x)[0]) < 3e-2
 
 
 def test_ranges_for_another_module_are_refused(block):

@@ -63,12 +63,13 @@ GROUP = 4
 WEIGHT_MAX = 127
 #: The uint8 activation's largest value.
 ACTIVATION_MAX = 255
-#: The least signal-to-noise ratio (dB: the input's variance over a uint8 step's rounding
-#: noise) at which a site is quantized. A tensor that spreads over its range sits near 40 dB
-#: (ResNet's, ViT's, ConvNeXt's, T5's inputs: 39-45 dB); EfficientNet's squeeze-excited
-#: expansions, a few outliers stretching the range, 29 dB, and quantized its build was 1.3e-1
-#: off float32 (`python -m tvmfuse build efficientnet --dtype int8 --verify -v` logs each
-#: site's).
+#: What ObserveQuantized returns of each input, in order.
+STATISTICS = ("min", "max", "mean", "meansq")
+#: The least signal-to-noise ratio (dB: the input's variance over a uint8 step's rounding noise,
+#: ``sx**2 / 12``) at which a site is quantized. A tensor spread over its range sits near 40 dB
+#: (the inputs of ResNet's, ViT's, ConvNeXt's, T5's sites: 39-45 dB); one whose range a few
+#: outliers stretch falls below (EfficientNet's squeeze-excited expansions: 29 dB). A build logs
+#: each site under it (`tvmfuse build MODEL --dtype int8`).
 MIN_SNR_DB = 33.0
 
 _CONV, _MATMUL = "relax.nn.conv2d", "relax.matmul"
@@ -119,22 +120,17 @@ class ObserveQuantized:
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         func = mod["main"]
-        inputs = _inputs(func)
-        blocks = list(func.body.blocks)
-        bindings = []
-        observed = []
-        for index, data in enumerate(inputs):
-            for name, value in (("min", relax.op.min(data)), ("max", relax.op.max(data)),
-                                ("mean", relax.op.mean(data)),
-                                ("meansq", relax.op.mean(relax.op.multiply(data, data)))):
+        _check_one_block(func)
+        statistics = {"min": relax.op.min, "max": relax.op.max, "mean": relax.op.mean,
+                      "meansq": lambda x: relax.op.mean(relax.op.multiply(x, x))}
+        bindings, observed = [], []
+        for index, data in enumerate(_inputs(func)):
+            for name in STATISTICS:
                 var = relax.Var(f"observed_{name}_{index}")
-                bindings.append(relax.VarBinding(var, value))
+                bindings.append(relax.VarBinding(var, statistics[name](data)))
                 observed.append(var)
-        last = blocks[-1]
-        if isinstance(last, relax.DataflowBlock):
-            blocks[-1] = relax.DataflowBlock([*last.bindings, *bindings])
-        else:
-            blocks.append(relax.DataflowBlock(bindings))
+        (block,) = func.body.blocks
+        blocks = [relax.DataflowBlock([*block.bindings, *bindings])]
         body = relax.SeqExpr(blocks, relax.Tuple([func.body.body, relax.Tuple(observed)]))
         scalar = relax.TensorType((), "float32")
         ty = relax.TupleType([func.ret_ty, relax.TupleType([scalar] * len(observed))])
@@ -143,13 +139,13 @@ class ObserveQuantized:
         return relax.transform.Normalize()(updated)
 
 
-#: What ObserveQuantized returns of each input, in order.
-STATISTICS = ("min", "max", "mean", "meansq")
-
-
-def observed_count(mod: tvm.IRModule) -> int:
-    """How many inputs ObserveQuantized observes in ``mod``'s ``main``."""
-    return len(_inputs(mod["main"]))
+def _check_one_block(func: relax.Function) -> None:
+    """The passes add bindings beside the sites' own: ``main`` must be one dataflow block (as
+    imported models are), or the new bindings could fall out of their inputs' scope."""
+    blocks = func.body.blocks
+    if len(blocks) != 1 or not isinstance(blocks[0], relax.DataflowBlock):
+        raise TvmfuseError(f"--dtype int8 quantizes a main function of one dataflow block; this "
+                           f"model's has {len(blocks)} blocks: build it in fp32 or bf16")
 
 
 @tvm.transform.module_pass(opt_level=0, name="QuantizeInt8")
@@ -162,6 +158,7 @@ class QuantizeInt8:
 
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         func = mod["main"]
+        _check_one_block(func)
         inputs = _inputs(func)
         if len(inputs) != len(self.ranges):
             raise TvmfuseError(f"the calibration observed {len(self.ranges)} quantized inputs "
@@ -176,10 +173,13 @@ class QuantizeInt8:
                 log.warning("int8: %s (%s, range %.3g to %.3g) stays float32: %.0f dB of signal "
                             "over a uint8 step's noise, under %.0f", data.name,
                             _readers(func, data), low, high, snr, MIN_SNR_DB)
-        reads = _reads(func)
-        stored = _stored_quantized(func, reads) & set(ranges)
+        if not ranges:
+            log.warning("int8: no GEMM or conv over constant weights to quantize (%d left "
+                        "float32): the build computes in float32", len(inputs))
+        reads, by_sites = _reads(func), _site_reads(func)
+        stored = _stored_quantized(func, reads, by_sites) & set(ranges)
         mutator = _Quantize(mod, ranges, _biased(func, reads), stored,
-                            _pooled(func, reads, stored) & set(ranges))
+                            _pooled(func, reads, by_sites, stored) & set(ranges))
         updated = mod.clone()
         updated["main"] = mutator.visit_expr(func)
         return updated
@@ -210,23 +210,25 @@ def _reads(func: relax.Function) -> dict:
     return reads
 
 
-def _stored_quantized(func: relax.Function, reads: dict) -> set:
-    """The site inputs stored only quantized: conv inputs (NHWC feature maps) bound in the
-    dataflow and read by other ops than sites too (see the module docstring)."""
+def _site_reads(func: relax.Function) -> dict:
+    """Site input -> how many sites read it."""
     by_sites: dict = {}
     for _, call in _sites(func):
         by_sites[call.args[0]] = by_sites.get(call.args[0], 0) + 1
+    return by_sites
+
+
+def _stored_quantized(func: relax.Function, reads: dict, by_sites: dict) -> set:
+    """The site inputs stored only quantized: conv inputs (NHWC feature maps) bound in the
+    dataflow and read by other ops than sites too (see the module docstring)."""
     convs = {call.args[0] for _, call in _sites(func) if call.op.name == _CONV}
     return {var for var in convs if isinstance(var, relax.DataflowVar)
             and reads.get(var, 0) > by_sites[var]}
 
 
-def _pooled(func: relax.Function, reads: dict, stored: set) -> set:
+def _pooled(func: relax.Function, reads: dict, by_sites: dict, stored: set) -> set:
     """The site inputs that are a max pool's output, read by sites only or ``stored``, over an
     input read by the pool only (see the module docstring)."""
-    by_sites: dict = {}
-    for _, call in _sites(func):
-        by_sites[call.args[0]] = by_sites.get(call.args[0], 0) + 1
     pooled = set()
     for block in func.body.blocks:
         for binding in block.bindings:
@@ -282,6 +284,13 @@ class _Quantize(relax.PyExprMutator):
         self.pending: dict = {}  # site var -> (its dequantized var, offset): its bias to come
 
     def visit_var_binding_(self, binding):
+        self._bind(binding)
+        if binding.var in self.stored:
+            self._dequantize(binding.var)
+
+    def _bind(self, binding) -> None:
+        """Emit ``binding``: a site quantized, a bias folded with its site's offset, a pool over
+        the quantized input, or as it was."""
         value = binding.value
         if (isinstance(value, relax.Call) and _quantizable(value)
                 and value.args[0] in self.ranges):
@@ -296,21 +305,17 @@ class _Quantize(relax.PyExprMutator):
             self.set_var_remap(binding.var, var)
             return
         if binding.var in self.pooled:  # the pool over the quantized input, for the sites
-            scale, zero = activation_scale(*self.ranges[binding.var][:2])
+            scale, zero = activation_scale(*self.ranges[binding.var])
             pooled = _quantized(self.visit_expr(value.args[0]), scale, zero)
             self.quantized[binding.var] = self.builder_.emit(
                 relax.Call(value.op, [self.builder_.emit(pooled)], value.attrs))
-            if binding.var in self.stored:
-                self._dequantize(binding.var)
             return
         super().visit_var_binding_(binding)
-        if binding.var in self.stored:
-            self._dequantize(binding.var)
 
     def _dequantize(self, var: relax.Var) -> None:
         """Quantize ``var`` here, and make every later reader but the sites read it
         dequantized."""
-        scale, zero = activation_scale(*self.ranges[var][:2])
+        scale, zero = activation_scale(*self.ranges[var])
         xq = self._input(var, scale, zero)
         widened = relax.op.multiply(relax.op.astype(xq, "float32"), relax.const(scale, "float32"))
         self.set_var_remap(var, self.builder_.emit(
@@ -318,7 +323,7 @@ class _Quantize(relax.PyExprMutator):
 
     def _site(self, var: relax.Var, call: relax.Call) -> relax.Var:
         data = call.args[0]
-        low, high = self.ranges[data][:2]
+        low, high = self.ranges[data]
         scale, zero = activation_scale(low, high)
         xq = self._input(data, scale, zero)
         weight, column_scale = weight_scales(call.args[1].value.numpy())

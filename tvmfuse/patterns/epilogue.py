@@ -87,8 +87,10 @@ def epilogue_patterns(family: str, max_group_size: int, quantized: bool = False
     """Every ``[prologue ->] anchor [+ bias] [+ residual] [-> activation]`` variant of
     ``family``, longest first (a variant with a prologue before the same one without it); a
     match holding more than ``max_group_size`` ops is rejected. ``quantized`` (an int8 build)
-    adds each variant followed by the quantization of its output for the next GEMM or conv
-    (:func:`quantize`): the kernel writes uint8."""
+    reads the anchor's int32 sums dequantized and a residual stored quantized
+    (:func:`dequantized`, :func:`dequantized_input`), and adds each variant followed by the
+    quantization of its output for the next GEMM or conv (:func:`quantize`): the kernel writes
+    uint8."""
     variants = []
     for bias in (True, False):  # bias first: where both fit an add, it is the constant bias
         for residual in (True, False):
@@ -96,10 +98,11 @@ def epilogue_patterns(family: str, max_group_size: int, quantized: bool = False
                 if not (bias or residual or act):
                     continue  # the anchor alone is no fusion
                 for tail in ((True, False) if quantized else (False,)):
-                    epilogue = _size(_variant(family, wildcard(), bias, residual, act, tail,
-                                              sizing=True)[1])
+                    epilogue = _size(_variant(family, wildcard(), bias, residual, act,
+                                              quantized, tail, sizing=True)[1])
                     for rank, data in enumerate((*_PROLOGUES[family], wildcard)):
-                        name, pattern = _variant(family, data(), bias, residual, act, tail)
+                        name, pattern = _variant(family, data(), bias, residual, act,
+                                                 quantized, tail)
                         variants.append(((-epilogue, rank), name, pattern))
     variants.sort(key=lambda v: v[0])  # the longest epilogue first, with its prologue first
     limit = max_group_size + (QUANTIZATION_OPS if quantized else 0)
@@ -131,20 +134,24 @@ def quantize(y: DFPattern) -> DFPattern:
 
 
 def _variant(family: str, data: DFPattern, bias: bool, residual: bool, act: str | None,
-             quantized: bool = False, sizing: bool = False) -> tuple[str, DFPattern]:
-    """The pattern of one variant and its name. ``sizing``: the pattern whose size orders the
-    variants, the residual a plain operand (its dequantization, in int8 builds, is an
-    alternative to a plain operand and does not make a variant longer than its bias one)."""
-    y = dequantized(is_op(ANCHORS[family])(data, wildcard()))
+             quantized: bool = False, tail: bool = False, sizing: bool = False
+             ) -> tuple[str, DFPattern]:
+    """The pattern of one variant and its name; ``quantized`` an int8 build's, ``tail`` with its
+    output quantized. ``sizing``: the pattern whose size orders the variants, the residual a
+    plain operand (its dequantization is an alternative to a plain operand and does not make a
+    variant longer than its bias one)."""
+    y = is_op(ANCHORS[family])(data, wildcard())
+    if quantized:
+        y = dequantized(y)
     parts = []
     if bias:  # a folded bias is a constant; a residual is computed
         y, parts = is_op("relax.add")(y, is_const()), [*parts, "bias"]
     if residual:  # (dpl matches add and multiply in either operand order)
-        operand = wildcard() if sizing else dequantized_input() | wildcard()
+        operand = dequantized_input() | wildcard() if quantized and not sizing else wildcard()
         y, parts = is_op("relax.add")(y, operand), [*parts, "add"]
     if act:
         y, parts = ACTIVATIONS[act](y), [*parts, act]
-    if quantized:
+    if tail:
         y, parts = quantize(y), [*parts, "quantize"]
     return f"tvmfuse.{family}.{'_'.join(parts)}", y
 

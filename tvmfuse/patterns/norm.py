@@ -18,7 +18,7 @@ from tvm import relax
 from tvm.relax.dpl import is_const, is_op, wildcard
 from tvm.relax.transform import FusionPattern
 
-from .epilogue import _at_most, dequantized
+from .epilogue import _at_most
 
 
 def add_layer_norm_patterns(max_group_size: int) -> list[FusionPattern]:
@@ -55,7 +55,7 @@ def layer_norm_epilogue_patterns(max_group_size: int,
 
     patterns = []
     for bias in (True, False):
-        y = dequantized(is_op("relax.matmul")(wildcard(), wildcard()))
+        y = is_op("relax.matmul")(wildcard(), wildcard())
         if bias:
             y = is_op("relax.add")(y, is_const())
         summed = is_op("relax.add")(is_op("relax.astype")(y) | y, _operand())
