@@ -114,6 +114,29 @@ def static_shape(shape) -> list[int] | None:
     return [int(d) for d in values]
 
 
+def dtype_of(expr: relax.Expr) -> str | None:
+    """The element type of a tensor-typed ``expr`` (None for others)."""
+    ty = getattr(expr, "ty", None)
+    return str(ty.dtype) if isinstance(ty, relax.TensorType) else None
+
+
+def with_fields(attrs, changes: dict):
+    """A copy of the op attributes ``attrs`` with ``changes`` to some of its fields."""
+    info = type(attrs).__tvm_ffi_type_info__
+    values = {field.name: getattr(attrs, field.name) for field in info.fields}
+    return tvm.ir.make_node(info.type_key, **{**values, **changes})
+
+
+def var_uses(func: relax.Function) -> Counter:
+    """Variable -> how many of ``func``'s bindings (and its result) read it."""
+    counts = Counter()
+    for block in func.body.blocks:
+        for binding in block.bindings:
+            counts.update(relax.analysis.free_vars(binding.value))
+    counts.update(relax.analysis.free_vars(func.body.body))
+    return counts
+
+
 def uses_of_values(mod: tvm.IRModule) -> Counter:
     """Bound value (a call) -> how many times the variable bound to it is used, in the Relax
     functions of ``mod``: what a rewrite asks before it hides an intermediate in a new expression
@@ -122,12 +145,8 @@ def uses_of_values(mod: tvm.IRModule) -> Counter:
     for func in mod.functions.values():
         if not isinstance(func, relax.Function):
             continue
-        bound, counts = {}, Counter()
+        counts = var_uses(func)
         for block in func.body.blocks:
             for binding in block.bindings:
-                bound[binding.var] = binding.value
-                counts.update(relax.analysis.free_vars(binding.value))
-        counts.update(relax.analysis.free_vars(func.body.body))
-        for var, value in bound.items():
-            uses[value] = counts[var]
+                uses[binding.value] = counts[binding.var]
     return uses

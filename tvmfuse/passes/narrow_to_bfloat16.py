@@ -18,7 +18,7 @@ import ml_dtypes
 import tvm
 from tvm import relax
 
-from ._rewrite import NARROW_FLOATS
+from ._rewrite import NARROW_FLOATS, dtype_of, with_fields
 
 HALF, BF16 = "float16", "bfloat16"
 
@@ -48,34 +48,21 @@ class _Narrow(relax.PyExprMutator):
         attrs = call.attrs
         if not isinstance(call.op, tvm.ir.Op) or attrs is None:
             return call
-        if call.op.name in _NORMS and _dtype(call.args[0]) in NARROW_FLOATS:
+        if call.op.name in _NORMS and dtype_of(call.args[0]) in NARROW_FLOATS:
             # a norm ToMixedPrecision let follow a float16 input (ViT's first LayerNorm, after
             # the patch embedding's add): computed in float32 and narrowed after, as the others
             # are; topi's layer_norm takes no bfloat16 (FoldConstant, which legalizes every
             # call, stopped ViT's bf16 build on it)
-            args = [relax.op.astype(arg, "float32") if _dtype(arg) in NARROW_FLOATS else arg
+            args = [relax.op.astype(arg, "float32") if dtype_of(arg) in NARROW_FLOATS else arg
                     for arg in call.args]
             return relax.op.astype(relax.Call(call.op, args, attrs, call.ty_args), BF16)
         half = [name for name in ("dtype", "out_dtype")
                 if hasattr(attrs, name) and str(getattr(attrs, name)) == HALF]
         if not half:
             return call
-        narrowed = _with_fields(attrs, dict.fromkeys(half, BF16))
+        narrowed = with_fields(attrs, dict.fromkeys(half, BF16))
         return relax.Call(call.op, call.args, narrowed, call.ty_args)
 
 
 #: Ops computed in float32 when ToMixedPrecision left them a float16 input.
 _NORMS = ("relax.nn.layer_norm", "relax.nn.group_norm", "relax.nn.rms_norm")
-
-
-def _dtype(expr: relax.Expr) -> str | None:
-    """The element type of a tensor-typed ``expr`` (None for others)."""
-    ty = getattr(expr, "ty", None)
-    return str(ty.dtype) if isinstance(ty, relax.TensorType) else None
-
-
-def _with_fields(attrs, changes: dict):
-    """A copy of the op attributes ``attrs`` with ``changes`` to some of its fields."""
-    info = type(attrs).__tvm_ffi_type_info__
-    values = {field.name: getattr(attrs, field.name) for field in info.fields}
-    return tvm.ir.make_node(info.type_key, **{**values, **changes})

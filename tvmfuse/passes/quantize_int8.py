@@ -46,6 +46,7 @@ convs into batched matmuls first) and the folds; weights are constants.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
@@ -53,6 +54,7 @@ import tvm
 from tvm import relax
 
 from ..errors import TvmfuseError
+from ._rewrite import calls_op, dtype_of, var_uses, with_fields
 
 log = logging.getLogger(__name__)
 
@@ -75,25 +77,19 @@ MIN_SNR_DB = 33.0
 _CONV, _MATMUL = "relax.nn.conv2d", "relax.matmul"
 
 
-def _sites(func: relax.Function) -> list[tuple[relax.Var, relax.Call]]:
-    """The ``(var, call)`` bindings of ``func`` that may be quantized, in binding order."""
-    found = []
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            value = getattr(binding, "value", None)
-            if isinstance(value, relax.Call) and _quantizable(value):
-                found.append((binding.var, value))
-    return found
+def _sites(func: relax.Function) -> list[relax.Call]:
+    """The calls bound in ``func`` that may be quantized, in binding order."""
+    return [binding.value for block in func.body.blocks for binding in block.bindings
+            if _quantizable(binding.value)]
 
 
-def _quantizable(call: relax.Call) -> bool:
-    if not isinstance(call.op, tvm.ir.Op) or call.op.name not in (_CONV, _MATMUL):
+def _quantizable(call) -> bool:
+    if not (calls_op(call, _CONV) or calls_op(call, _MATMUL)):
         return False
     data, weight = call.args[0], call.args[1]
     if not (isinstance(weight, tvm.ir.expr.Constant) and str(weight.value.dtype) == "float32"):
         return False
-    ty = getattr(data, "ty", None)
-    if not (isinstance(ty, relax.TensorType) and str(ty.dtype) == "float32"):
+    if dtype_of(data) != "float32":
         return False
     shape = weight.value.shape
     if call.op.name == _CONV:
@@ -103,10 +99,10 @@ def _quantizable(call: relax.Call) -> bool:
     return len(shape) == 2 and shape[0] % GROUP == 0
 
 
-def _inputs(func: relax.Function) -> list[relax.Var]:
-    """The distinct inputs of ``func``'s sites, in the order they are first read."""
+def _inputs(sites: list[relax.Call]) -> list[relax.Var]:
+    """The distinct inputs of ``sites``, in the order they are first read."""
     seen: list[relax.Var] = []
-    for _, call in _sites(func):
+    for call in sites:
         data = call.args[0]
         if not any(data.same_as(v) for v in seen):
             seen.append(data)
@@ -124,7 +120,7 @@ class ObserveQuantized:
         statistics = {"min": relax.op.min, "max": relax.op.max, "mean": relax.op.mean,
                       "meansq": lambda x: relax.op.mean(relax.op.multiply(x, x))}
         bindings, observed = [], []
-        for index, data in enumerate(_inputs(func)):
+        for index, data in enumerate(_inputs(_sites(func))):
             for name in STATISTICS:
                 var = relax.Var(f"observed_{name}_{index}")
                 bindings.append(relax.VarBinding(var, statistics[name](data)))
@@ -159,7 +155,8 @@ class QuantizeInt8:
     def transform_module(self, mod: tvm.IRModule, _ctx) -> tvm.IRModule:
         func = mod["main"]
         _check_one_block(func)
-        inputs = _inputs(func)
+        sites = _sites(func)
+        inputs = _inputs(sites)
         if len(inputs) != len(self.ranges):
             raise TvmfuseError(f"the calibration observed {len(self.ranges)} quantized inputs "
                                f"where the module has {len(inputs)}: calibrate again with "
@@ -172,12 +169,13 @@ class QuantizeInt8:
             else:
                 log.warning("int8: %s (%s, range %.3g to %.3g) stays float32: %.0f dB of signal "
                             "over a uint8 step's noise, under %.0f", data.name,
-                            _readers(func, data), low, high, snr, MIN_SNR_DB)
+                            _readers(sites, data), low, high, snr, MIN_SNR_DB)
         if not ranges:
             log.warning("int8: no GEMM or conv over constant weights to quantize (%d left "
                         "float32): the build computes in float32", len(inputs))
-        reads, by_sites = _reads(func), _site_reads(func)
-        stored = _stored_quantized(func, reads, by_sites) & set(ranges)
+        reads = var_uses(func)
+        by_sites = Counter(call.args[0] for call in sites)
+        stored = _stored_quantized(sites, reads, by_sites) & set(ranges)
         mutator = _Quantize(mod, ranges, _biased(func, reads), stored,
                             _pooled(func, reads, by_sites, stored) & set(ranges))
         updated = mod.clone()
@@ -191,68 +189,41 @@ def signal_to_noise(low: float, high: float, std: float) -> float:
     return float(10 * np.log10(max(std, 1e-30) ** 2 / (scale * scale / 12)))
 
 
-def _readers(func: relax.Function, data: relax.Var) -> str:
+def _readers(sites: list[relax.Call], data: relax.Var) -> str:
     """The ops of the sites that read ``data``, in words (for the log)."""
     ops = sorted({call.op.name.removeprefix("relax.").removeprefix("nn.")
-                  for _, call in _sites(func) if call.args[0].same_as(data)})
+                  for call in sites if call.args[0].same_as(data)})
     return " and ".join(ops) + " input"
 
 
-def _reads(func: relax.Function) -> dict:
-    """Var -> how many times ``func`` reads it."""
-    reads: dict = {}
-
-    def visit(expr):
-        if isinstance(expr, relax.Var):
-            reads[expr] = reads.get(expr, 0) + 1
-
-    relax.analysis.post_order_visit(func.body, visit)
-    return reads
-
-
-def _site_reads(func: relax.Function) -> dict:
-    """Site input -> how many sites read it."""
-    by_sites: dict = {}
-    for _, call in _sites(func):
-        by_sites[call.args[0]] = by_sites.get(call.args[0], 0) + 1
-    return by_sites
-
-
-def _stored_quantized(func: relax.Function, reads: dict, by_sites: dict) -> set:
+def _stored_quantized(sites: list[relax.Call], reads: Counter, by_sites: Counter) -> set:
     """The site inputs stored only quantized: conv inputs (NHWC feature maps) bound in the
     dataflow and read by other ops than sites too (see the module docstring)."""
-    convs = {call.args[0] for _, call in _sites(func) if call.op.name == _CONV}
+    convs = {call.args[0] for call in sites if call.op.name == _CONV}
     return {var for var in convs if isinstance(var, relax.DataflowVar)
-            and reads.get(var, 0) > by_sites[var]}
+            and reads[var] > by_sites[var]}
 
 
-def _pooled(func: relax.Function, reads: dict, by_sites: dict, stored: set) -> set:
+def _pooled(func: relax.Function, reads: Counter, by_sites: Counter, stored: set) -> set:
     """The site inputs that are a max pool's output, read by sites only or ``stored``, over an
     input read by the pool only (see the module docstring)."""
-    pooled = set()
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            if (binding.var in by_sites
-                    and (reads.get(binding.var) == by_sites[binding.var] or binding.var in stored)
-                    and isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-                    and value.op.name == "relax.nn.max_pool2d"
-                    and reads.get(value.args[0]) == 1):
-                pooled.add(binding.var)
-    return pooled
+    return {binding.var for block in func.body.blocks for binding in block.bindings
+            if binding.var in by_sites
+            and (reads[binding.var] == by_sites[binding.var] or binding.var in stored)
+            and calls_op(binding.value, "relax.nn.max_pool2d")
+            and reads[binding.value.args[0]] == 1}
 
 
-def _biased(func: relax.Function, reads: dict) -> set:
+def _bias_add(value) -> bool:
+    """``value`` adds a constant to a variable (a bias, after a GEMM or conv)."""
+    return (calls_op(value, "relax.add") and isinstance(value.args[0], relax.Var)
+            and isinstance(value.args[1], tvm.ir.expr.Constant))
+
+
+def _biased(func: relax.Function, reads: Counter) -> set:
     """The vars of ``func`` read once, by an add of a constant (a bias)."""
-    biased = set()
-    for block in func.body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-                    and value.op.name == "relax.add" and isinstance(value.args[0], relax.Var)
-                    and isinstance(value.args[1], tvm.ir.expr.Constant)):
-                biased.add(value.args[0])
-    return {var for var in biased if reads.get(var) == 1}
+    return {binding.value.args[0] for block in func.body.blocks for binding in block.bindings
+            if _bias_add(binding.value) and reads[binding.value.args[0]] == 1}
 
 
 def activation_scale(low: float, high: float) -> tuple[float, int]:
@@ -292,13 +263,10 @@ class _Quantize(relax.PyExprMutator):
         """Emit ``binding``: a site quantized, a bias folded with its site's offset, a pool over
         the quantized input, or as it was."""
         value = binding.value
-        if (isinstance(value, relax.Call) and _quantizable(value)
-                and value.args[0] in self.ranges):
+        if _quantizable(value) and value.args[0] in self.ranges:
             self.set_var_remap(binding.var, self._site(binding.var, value))
             return
-        if (isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op)
-                and value.op.name == "relax.add" and isinstance(value.args[1], tvm.ir.expr.Constant)
-                and isinstance(value.args[0], relax.Var) and value.args[0] in self.pending):
+        if _bias_add(value) and value.args[0] in self.pending:
             scaled, offset = self.pending.pop(value.args[0])
             bias = value.args[1].value.numpy().astype("float64") + offset
             var = self.builder_.emit(relax.op.add(scaled, relax.const(bias.astype("float32"))))
@@ -327,8 +295,8 @@ class _Quantize(relax.PyExprMutator):
         scale, zero = activation_scale(low, high)
         xq = self._input(data, scale, zero)
         weight, column_scale = weight_scales(call.args[1].value.numpy())
+        fields = {"out_dtype": "int32"}
         if call.op.name == _CONV:
-            fields = {"out_dtype": "int32"}
             padding = [int(p) for p in call.attrs.padding]  # top, left, bottom, right
             channels = -weight.shape[2] % GROUP
             if (zero and any(padding)) or channels:
@@ -338,10 +306,8 @@ class _Quantize(relax.PyExprMutator):
                     pad_value=float(zero)))
                 weight = np.pad(weight, [(0, 0), (0, 0), (0, channels), (0, 0)])
                 fields["padding"] = [0, 0, 0, 0]
-            acc = relax.op.nn.conv2d(xq, relax.const(weight), **_conv_args(call.attrs, fields))
-        else:
-            acc = relax.op.matmul(xq, relax.const(weight), out_dtype="int32")
-        acc = self.builder_.emit(acc)
+        acc = self.builder_.emit(relax.Call(call.op, [xq, relax.const(weight)],
+                                            with_fields(call.attrs, fields), call.ty_args))
         multiplier = scale * column_scale
         scaled = self.builder_.emit(relax.op.multiply(
             relax.op.astype(acc, "float32"), relax.const(multiplier.astype("float32"))))
@@ -368,10 +334,3 @@ def _quantized(x: relax.Expr, scale: float, zero: int) -> relax.Expr:
     clipped = relax.op.clip(shifted, relax.prim_value(0.0),
                             relax.prim_value(float(ACTIVATION_MAX)))
     return relax.op.astype(clipped, "uint8")
-
-
-
-def _conv_args(attrs, changes: dict) -> dict:
-    names = ("strides", "padding", "dilation", "groups", "data_layout", "kernel_layout",
-             "out_layout", "out_dtype")
-    return {name: changes.get(name, getattr(attrs, name)) for name in names}
