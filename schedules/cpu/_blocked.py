@@ -554,8 +554,7 @@ def pack_panels(sch: s_tir.Schedule, anchor, axis: tirx.Var, panel: int, *,
     return None
 
 
-#: The dot-product instructions a register tile may run on, each a module with its TensorIR
-#: intrinsic (INTRIN), lanes, reduction GROUP, INPUTS/ACCUMULATOR types, ``available`` and ``link``.
+#: The dot-product instructions a register tile may run on, each a module as :mod:`._dot` says.
 DOT_INSTRUCTIONS = (bf16_dot, int8_dot)
 
 

@@ -22,14 +22,14 @@ from __future__ import annotations
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
-#: Float32 lanes of one accumulator vector, and bf16 values per lane's pair.
-LANES, PAIR = 16, 2
-#: The products each lane sums per step (a pair), as :mod:`.int8_dot` names its own.
-GROUP = PAIR
+from ._dot import description
+
+#: Float32 lanes of one accumulator vector, and bf16 products each lane sums per step (a pair).
+LANES, GROUP = 16, 2
 #: The input's and the weight's element types, and the accumulators'.
 INPUTS, ACCUMULATOR = ("bfloat16", "bfloat16"), "float32"
 # the same as the int64 indices of Relax's kernels, which tensorize matches exactly
-_0, _LANES, _PAIR = (T.int64(n) for n in (0, LANES, PAIR))
+_0, _LANES, _PAIR = (T.int64(n) for n in (0, LANES, GROUP))
 
 _FUNCTION = "tvmfuse_dpbf16ps"
 
@@ -50,20 +50,6 @@ declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloa
 
 
 @T.prim_func(s_tir=True)
-def _desc(A: T.Buffer((_PAIR,), "bfloat16", offset_factor=1),
-          B: T.Buffer((_LANES, _PAIR), "bfloat16", offset_factor=1),
-          C: T.Buffer((_LANES,), "float32", offset_factor=1, scope="local")) -> None:
-    with T.sblock("root"):
-        T.reads(C[_0:_LANES], A[_0:_PAIR], B[_0:_LANES, _0:_PAIR])
-        T.writes(C[_0:_LANES])
-        for i in T.serial(_0, _LANES):
-            for k in T.serial(_0, _PAIR):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + T.Cast("float32", A[vk]) * T.Cast("float32", B[vi, vk])
-
-
-@T.prim_func(s_tir=True)
 def _impl(A: T.Buffer((_PAIR,), "bfloat16", offset_factor=1),
           B: T.Buffer((_LANES, _PAIR), "bfloat16", offset_factor=1),
           C: T.Buffer((_LANES,), "float32", offset_factor=1, scope="local")) -> None:
@@ -81,8 +67,9 @@ def _impl(A: T.Buffer((_PAIR,), "bfloat16", offset_factor=1),
 
 
 #: The intrinsic's name for ``Schedule.tensorize``.
-DPBF16 = INTRIN = "tvmfuse.avx512_dpbf16ps_16x2"
-TensorIntrin.register(DPBF16, _desc, _impl, override=True)
+INTRIN = "tvmfuse.avx512_dpbf16ps_16x2"
+TensorIntrin.register(INTRIN, description(INPUTS, ACCUMULATOR, LANES, GROUP), _impl,
+                      override=True)
 
 
 def available(vector) -> bool:

@@ -8,8 +8,8 @@ of an int8 build (:func:`tvmfuse.schedules.cpu._blocked.block_anchor`) tensorize
 
 TVM ships the same instruction (``tvm.s_tir.tensor_intrin.x86``, ``dot_16x4_vnni``), described
 with int32 indices; tensorize matches a description's index types exactly and Relax's kernels
-index in int64, so it is described again here in int64. Unlike bf16's (:mod:`.bf16_dot`), every
-type is one LLVM has, so the LLVM intrinsic is called directly.
+index in int64, so it is described again here in int64 (:func:`._dot.description`). Unlike
+bf16's (:mod:`.bf16_dot`), every type is one LLVM has, so the LLVM intrinsic is called directly.
 """
 
 from __future__ import annotations
@@ -17,25 +17,13 @@ from __future__ import annotations
 from tvm.s_tir import TensorIntrin
 from tvm.script import tirx as T
 
+from ._dot import description
+
 #: Int32 lanes of one accumulator vector, and the uint8 x int8 products each lane sums per step.
 LANES, GROUP = 16, 4
 #: The input's and the weight's element types, and the accumulators'.
 INPUTS, ACCUMULATOR = ("uint8", "int8"), "int32"
 _0, _LANES, _GROUP = (T.int64(n) for n in (0, LANES, GROUP))
-
-
-@T.prim_func(s_tir=True)
-def _desc(A: T.Buffer((_GROUP,), "uint8", offset_factor=1),
-          B: T.Buffer((_LANES, _GROUP), "int8", offset_factor=1),
-          C: T.Buffer((_LANES,), "int32", offset_factor=1, scope="local")) -> None:
-    with T.sblock("root"):
-        T.reads(C[_0:_LANES], A[_0:_GROUP], B[_0:_LANES, _0:_GROUP])
-        T.writes(C[_0:_LANES])
-        for i in T.serial(_0, _LANES):
-            for k in T.serial(_0, _GROUP):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + T.Cast("int32", A[vk]) * T.Cast("int32", B[vi, vk])
 
 
 @T.prim_func(s_tir=True)
@@ -55,7 +43,8 @@ def _impl(A: T.Buffer((_GROUP,), "uint8", offset_factor=1),
 
 #: The intrinsic's name for ``Schedule.tensorize``.
 INTRIN = "tvmfuse.avx512_vpdpbusd_16x4"
-TensorIntrin.register(INTRIN, _desc, _impl, override=True)
+TensorIntrin.register(INTRIN, description(INPUTS, ACCUMULATOR, LANES, GROUP), _impl,
+                      override=True)
 
 
 def available(vector) -> bool:
