@@ -19,24 +19,16 @@ import numpy as np
 
 from .errors import TvmfuseError
 from .passes.quantize_int8 import STATISTICS
-from .specs import SEED, random_inputs
+from .specs import CALIBRATION_SEEDS
 
 log = logging.getLogger(__name__)
-
-#: Input sets drawn where the user gives none: min-max ranges over a few draws of one
-#: distribution; more draws only widen them (ONNX Runtime's int8 peer in `tvmfuse bench` is
-#: calibrated on as many).
-DRAWS = 8
 
 
 def input_sets(model, path: Path | None) -> list[list[np.ndarray]]:
     """The calibration's input sets: ``path``'s (an ``.npz`` whose arrays are named after the
-    model's inputs, each with a leading axis of sets), or DRAWS seeded draws."""
+    model's inputs, each with a leading axis of sets), or draws with the CALIBRATION_SEEDS."""
     if path is None:
-        specs = [dataclasses.replace(s, shape=a.shape)
-                 for s, a in zip(model.inputs, model.example_inputs)]
-        return [random_inputs(specs, model.value_ranges, seed=SEED + draw)
-                for draw in range(DRAWS)]
+        return [model.drawn(seed) for seed in CALIBRATION_SEEDS]
     try:
         with np.load(path) as arrays:
             stored = {name: arrays[name] for name in arrays.files}

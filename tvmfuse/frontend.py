@@ -84,6 +84,11 @@ class ImportedModel:
 
         return reference
 
+    def drawn(self, seed: int) -> list[np.ndarray]:
+        """Random inputs of the examples' shapes, drawn with ``seed`` as the examples were."""
+        specs = [replace(s, shape=a.shape) for s, a in zip(self.inputs, self.example_inputs)]
+        return random_inputs(specs, self.value_ranges, seed=seed)
+
     def inputs_at(self, sizes: dict[str, int]) -> list[np.ndarray]:
         """Seeded random inputs with the symbolic dimensions at ``sizes``, drawn as the
         examples were."""

@@ -14,6 +14,13 @@ from .errors import TvmfuseError
 
 #: Seed of every random weight and example input, so builds and references agree.
 SEED = 0
+#: The seeds of the inputs an int8 calibration draws where it is given none (the first draws
+#: the examples), as ONNX Runtime's int8 peer in `tvmfuse bench` does: min-max ranges over a few
+#: draws of one distribution, which more draws only widen.
+CALIBRATION_SEEDS = range(SEED, SEED + 8)
+#: The seeds, after the calibration's, of the inputs an int8 build's agreement with its
+#: reference is judged on (``--verify``, `tvmfuse bench`).
+AGREEMENT_SEEDS = range(CALIBRATION_SEEDS.stop, CALIBRATION_SEEDS.stop + 100)
 
 #: The dynamic dimensions ``--dynamic`` understands: name -> its axis in every input that has
 #: it (``seq``: integer inputs of two or more dimensions, token ids ``[batch, seq]``).

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,16 +25,13 @@ import numpy as np
 
 from .errors import TvmfuseError, one_line
 from .runtime import MANIFEST, Deployed
-from .specs import SEED, random_inputs, symbolic_sizes
+from .specs import AGREEMENT_SEEDS, symbolic_sizes
 
 if TYPE_CHECKING:  # the deployment path (`tvmfuse run --check`) imports no frontend
     from .frontend import ImportedModel
 
 log = logging.getLogger(__name__)
 
-#: Inputs an int8 build's agreement with the reference is judged on (``--verify``), drawn after
-#: the calibration's: as many as `tvmfuse bench` judges the int8 engines on.
-AGREEMENT_INPUTS = 100
 #: The least agreement an int8 build verifies with: the share of inputs whose largest logit is
 #: the reference's (a classifier's 2-D first output), else the mean cosine similarity.
 MIN_AGREEMENT = {"top1": 0.99, "cosine": 0.99}
@@ -160,22 +157,18 @@ def agreement(run, reference, draws) -> dict[str, float] | None:
 
 
 def verify_agreement(deployed: Deployed, model: ImportedModel) -> dict[str, float] | None:
-    """An int8 build's :func:`agreement` with the reference on AGREEMENT_INPUTS seeded draws
-    after the calibration's; raises a TvmfuseError where it is under MIN_AGREEMENT."""
-    from .calibrate import DRAWS  # noqa: PLC0415 - the deployment path imports no TVM passes
-
-    specs = [replace(s, shape=a.shape) for s, a in zip(model.inputs, model.example_inputs)]
-    draws = (random_inputs(specs, model.value_ranges, seed=SEED + DRAWS + i)
-             for i in range(AGREEMENT_INPUTS))
-    found = agreement(deployed.run, model.reference, draws)
+    """An int8 build's :func:`agreement` with the reference on inputs drawn with the
+    AGREEMENT_SEEDS; raises a TvmfuseError where it is under MIN_AGREEMENT."""
+    found = agreement(deployed.run, model.reference,
+                      (model.drawn(seed) for seed in AGREEMENT_SEEDS))
     if found is None:
         return None
     (measure, value), = found.items()
     log.info("verify: %s agreement with %s over %d inputs: %.4g", measure,
-             model.reference_name, AGREEMENT_INPUTS, value)
+             model.reference_name, len(AGREEMENT_SEEDS), value)
     if not value >= MIN_AGREEMENT[measure]:  # NaN outputs agree with nothing
         raise TvmfuseError(f"the int8 build agrees with {model.reference_name} on {value:.1%} "
-                           f"({measure}) of {AGREEMENT_INPUTS} inputs, under "
+                           f"({measure}) of {len(AGREEMENT_SEEDS)} inputs, under "
                            f"{MIN_AGREEMENT[measure]:.0%}: this model loses too much in int8; "
                            f"calibrate on real inputs (--calibrate) or build it in bf16")
     return found
@@ -276,7 +269,7 @@ def record(folder, checks: list[OutputCheck], reference_name: str,
         "checks": [c.to_json() for c in checks],
     }
     if agreed is not None:
-        manifest["verification"]["agreement"] = {**agreed, "inputs": AGREEMENT_INPUTS}
+        manifest["verification"]["agreement"] = {**agreed, "inputs": len(AGREEMENT_SEEDS)}
     path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 

@@ -18,6 +18,7 @@ from tvmfuse import api, calibrate, compiler, pipeline
 from tvmfuse.errors import TvmfuseError
 from tvmfuse.passes import QuantizeInt8
 from tvmfuse.passes.quantize_int8 import activation_scale, weight_scales
+from tvmfuse.specs import CALIBRATION_SEEDS
 from tvmfuse.verify import relative_error
 
 from conftest import HOST, run_cli
@@ -154,7 +155,7 @@ def test_calibration_inputs_from_a_file_and_its_errors(block, tmp_path):
     np.savez(tmp_path / "good.npz", x=x)
     sets = calibrate.input_sets(block, tmp_path / "good.npz")
     assert len(sets) == 3 and sets[2][0].shape == (1, 3, 19, 19)
-    assert len(calibrate.input_sets(block, None)) == calibrate.DRAWS
+    assert len(calibrate.input_sets(block, None)) == len(CALIBRATION_SEEDS)
     np.savez(tmp_path / "named.npz", image=x)
     with pytest.raises(TvmfuseError, match="has no array 'x'"):
         calibrate.input_sets(block, tmp_path / "named.npz")

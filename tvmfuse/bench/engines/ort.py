@@ -13,15 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import one_line
+from ...specs import AGREEMENT_SEEDS, CALIBRATION_SEEDS
 from . import BenchContext, Engine, Unavailable, agreement, register
 from .pytorch import module_in_precision
-
-#: Inputs the int8 engine is calibrated on: seeds 0 to 7, seed 0 drawing the bench's own inputs.
-#: Min-max ranges over a few draws of the same distribution; more draws only widen them.
-CALIBRATION_INPUTS = 8
-#: Inputs, drawn after the calibration's seeds, on which the int8 engine's top-1 agreement or
-#: cosine similarity with the float32 reference is measured (:func:`.agreement`).
-AGREEMENT_INPUTS = 100
 
 
 def _import_onnxruntime():
@@ -97,7 +91,7 @@ def _onnxruntime_int8(ctx: BenchContext) -> Engine:
     class Calibration(quantization.CalibrationDataReader):
         def __init__(self):
             self.feeds = ({n: a for n, a in zip(names, ctx.seeded_inputs(seed))}
-                          for seed in range(CALIBRATION_INPUTS))
+                          for seed in CALIBRATION_SEEDS)
 
         def get_next(self):
             return next(self.feeds, None)
@@ -117,8 +111,7 @@ def _onnxruntime_int8(ctx: BenchContext) -> Engine:
     engine = _engine("onnxruntime-int8", session, ctx.inputs, "float32")
     engine.precision = "int8"
     engine.agreement = agreement(
-        lambda arrays: session.run(None, dict(zip(names, arrays))), ctx,
-        range(CALIBRATION_INPUTS, CALIBRATION_INPUTS + AGREEMENT_INPUTS))
+        lambda arrays: session.run(None, dict(zip(names, arrays))), ctx, AGREEMENT_SEEDS)
     return engine
 
 

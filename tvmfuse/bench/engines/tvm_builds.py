@@ -56,13 +56,12 @@ def _tvm_engine(name: str, executable, ctx: BenchContext, kernels: int | None) -
 
     engine = Engine(name, failing_as_one_line(run),
                     failing_as_one_line(lambda: to_numpy(main(*args))), 0.0, kernels)
-    if ctx.dtype == "int8":  # drawn after the calibration's inputs, as the int8 peer's are
-        from ...calibrate import DRAWS  # noqa: PLC0415
-        from .ort import AGREEMENT_INPUTS  # noqa: PLC0415
+    if ctx.dtype == "int8":  # on the inputs the int8 peer is judged on
+        from ...specs import AGREEMENT_SEEDS  # noqa: PLC0415
 
         engine.agreement = agreement(
             lambda arrays: to_numpy(main(*(tvm.runtime.tensor(a, device) for a in arrays))),
-            ctx, range(DRAWS, DRAWS + AGREEMENT_INPUTS))
+            ctx, AGREEMENT_SEEDS)
     return engine
 
 
