@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from .artifact import build
 from .bench.session import bench
-from .compiler import Analysis, Compiled, analyze, benefit, compile_model, profile_kernels
+from .compiler import (
+    Analysis,
+    Compiled,
+    analyze,
+    benefit,
+    calibrated,
+    compile_model,
+    profile_kernels,
+)
 from .frontend import import_model, import_torch
 from .options import BuildOptions
 from .runtime import load
@@ -16,5 +24,6 @@ from .tuning.lookup import build_databases, default_database, default_databases
 from .tuning.tune import tune_model as tune
 
 __all__ = ["Analysis", "BuildOptions", "Compiled", "analyze", "benefit", "bench", "build",
-           "build_databases", "compile_model", "default_database", "default_databases",
-           "get_target", "import_model", "import_torch", "load", "profile_kernels", "tune"]
+           "build_databases", "calibrated", "compile_model", "default_database",
+           "default_databases", "get_target", "import_model", "import_torch", "load",
+           "profile_kernels", "tune"]

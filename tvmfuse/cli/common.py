@@ -12,7 +12,7 @@ from .. import zoo
 from ..errors import TvmfuseError
 from ..options import BuildOptions
 from ..rules import check_rules_file
-from ..specs import DYNAMIC_DIMS, check_dynamic, parse_shape
+from ..specs import CALIBRATION_SEEDS, DYNAMIC_DIMS, check_dynamic, parse_shape
 from ..targets import check_name, host_target_name, target_names
 
 #: --dtype -> the precision the kernels compute in (float32 everywhere but float16 storage in
@@ -67,7 +67,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calibrate", type=Path, metavar="NPZ",
                         help="int8: input sets to calibrate on, an .npz whose arrays are named "
                              "after the model's inputs with a leading axis of sets (default: "
-                             "8 seeded random draws, as --verify draws its inputs)")
+                             f"{len(CALIBRATION_SEEDS)} seeded random draws, as --verify draws "
+                             "its inputs)")
 
 
 def _dynamic_dims(text: str) -> list[str]:

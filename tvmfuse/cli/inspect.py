@@ -46,6 +46,8 @@ def handle(args: argparse.Namespace) -> int:
 
     target = api.get_target(args.target)
     model = api.import_model(args.model, batch=args.batch, **import_arguments(args))
+    # an int8 build calibrated once, for the analysis and the profile's build alike
+    options = api.calibrated(model, target, options)
     report = api.benefit(model, target, options)
     if args.profile:  # the IR was dumped by the analysis above
         report["kernels"] = api.profile_kernels(model, target, replace(options, dump_ir=None))
