@@ -74,6 +74,12 @@ class BenchContext:
         replaces, and against the quantized peers)."""
         return "float32" if self.dtype == "int8" else self.dtype
 
+    @property
+    def peer_precision(self) -> str | None:
+        """What an engine computing in :attr:`peer_dtype` reports as its own precision: that
+        dtype where it is not the bench's, else None."""
+        return self.peer_dtype if self.peer_dtype != self.dtype else None
+
     def seeded_inputs(self, seed: int) -> list[np.ndarray]:
         """Inputs of the bench inputs' shapes drawn as they were, with another seed (seed
         :data:`tvmfuse.specs.SEED` draws the bench inputs themselves)."""

@@ -68,7 +68,7 @@ def _onnxruntime(ctx: BenchContext) -> Engine:
         raise Unavailable(f"{ctx.onnx_path} is an ONNX file in its own precision")
     session = _session(ort, onnx_model(ctx, dtype), ctx, providers)
     engine = _engine("onnxruntime", session, ctx.inputs, dtype)
-    engine.precision = dtype if dtype != ctx.dtype else None
+    engine.precision = ctx.peer_precision
     return engine
 
 

@@ -36,8 +36,7 @@ def _torch_engine(name: str, fn, ctx: BenchContext) -> Engine:
                 for a in _flatten_torch(map_floats(run(), lambda t: t.float()))]
 
     run()  # compiled engines compile on their first call: count it as setup
-    return Engine(name, run, outputs, 0.0,
-                  precision=ctx.peer_dtype if ctx.peer_dtype != ctx.dtype else None)
+    return Engine(name, run, outputs, 0.0, precision=ctx.peer_precision)
 
 
 def module_in_precision(ctx: BenchContext, dtype: str | None = None):
