@@ -11,7 +11,7 @@ attribute name, weights random under a fixed seed, nothing downloaded. Its input
 model's ``main_input_name``; its output is the first tensor of what the model returns. Each model
 and path runs in a process of its own under ``--timeout``, so a crash or a hang costs only that
 model; the JSON is rewritten after every model, and ``--resume`` skips the model types it already
-holds. A failure is filed under a cause (an op without a lowering, an importer error, an export
+holds (each record names the commit that swept it). A failure is filed under a cause (an op without a lowering, an importer error, an export
 error, a numeric mismatch, a crash or timeout, a config or inputs this script could not make) and
 the causes are printed largest first.
 """
@@ -351,7 +351,7 @@ def lowering_op(error: str) -> str | None:
 
 def sweep_one(model_type: str, timeout: float) -> dict:
     """Both paths of one model type, each in its own process under ``timeout`` seconds."""
-    record = {"type": model_type}
+    record = {"type": model_type, "commit": commit()}
     for path in ("torch", "onnx"):
         command = [sys.executable, __file__, "--worker", model_type, "--path", path]
         try:
