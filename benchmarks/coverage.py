@@ -66,6 +66,9 @@ CAUSES = {"config": "config/inputs we could not make", "export": "export error",
           "compile": "build error", "verify": "numeric mismatch",
           "crash": "crash/timeout"}
 LOWERING = "op without lowering"
+#: A verify failure where torch.export's program differs from eager PyTorch and the build follows
+#: the program (tvmfuse.verify says so): the export, not tvmfuse, lost the computation.
+EXPORT_DIFFERS = "torch.export's program differs from eager"
 
 
 # --- one model: config, inputs, module ------------------------------------------------------
@@ -335,6 +338,8 @@ def cause_of(result: dict) -> str | None:
     op = lowering_op(error)
     if op is not None and stage_name in ("import", "compile"):
         return f"{LOWERING}: {op}"
+    if stage_name == "verify" and "torch.export's own program" in error:
+        return EXPORT_DIFFERS
     return CAUSES.get(stage_name, stage_name)
 
 

@@ -137,15 +137,40 @@ def test_patch_embedding_conv_fp16_cuda_compiles(tmp_path):
 
 def test_verify_names_the_output_that_differs(build_tiny):
     model, folder = build_tiny("tiny-transformer")
-    reference = model.reference
-    try:
-        model.reference = lambda *a: [r * 1.01 for r in reference(*a)]
+    reference, exported = model.reference, model.exported
+    try:  # the module and its export agree; the build is 1% off both
+        model.reference = model.exported = lambda *a: [r * 1.01 for r in reference(*a)]
         with pytest.raises(TvmfuseError, match=r"output output0 \(the examples\) differs from "
                                                r"pytorch: relative L2 error 9\.9\d*e-03 > "
                                                r"tolerance 1e-04"):
             verify(api.load(folder), model)
     finally:
-        model.reference = reference
+        model.reference, model.exported = reference, exported
+
+
+class _CountsItsCalls(torch.nn.Module):
+    """A forward that changes the module's state: torch.export captures the first call's."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.linear(x) * self.calls
+
+
+def test_verify_blames_an_export_that_differs_from_its_module(tmp_path):
+    model = api.import_torch(_CountsItsCalls(), (torch.randn(2, 8),), name="counter")
+    compiled = api.compile_model(model, api.get_target(), api.BuildOptions(use_database=False))
+    api.build(compiled, tmp_path / "b")
+    with pytest.raises(TvmfuseError, match=r"differs from pytorch \(\d.*\), as torch\.export's "
+                                           r"own program does .* which the build follows"):
+        verify(api.load(tmp_path / "b"), model)
+    model.torch_module.calls = 0  # the module as its export saw it: the build verifies
+    model.reference = lambda *arrays: [model.exported(*arrays)[0]]
+    assert verify(api.load(tmp_path / "b"), model)[0].rel_err < 1e-5
 
 
 def test_failed_build_leaves_the_previous_build_untouched(build_tiny, tmp_path, monkeypatch):

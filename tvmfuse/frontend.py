@@ -68,6 +68,9 @@ class ImportedModel:
     value_ranges: dict = field(default_factory=dict)
     #: The largest size of each bounded symbolic dimension (``{"seq": 512}``).
     bounds: dict = field(default_factory=dict)
+    #: The torch.export program run by PyTorch, where the reference is the module itself: it
+    #: tells a build that is wrong from a module that its export does not capture.
+    exported: Reference | None = None
 
     def reference_in(self, dtype: str, device: str = "cpu") -> Reference:
         """The PyTorch module computing in ``dtype`` (float16, bfloat16) on ``device``, on a
@@ -280,6 +283,12 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic,
         with torch.no_grad():
             return _flatten_torch(module(*(torch.from_numpy(a) for a in arrays)))
 
+    runnable = program.module()  # before the rewrites below change the program's graph
+
+    def exported(*arrays):
+        with torch.no_grad():
+            return _flatten_torch(runnable(*(torch.from_numpy(a) for a in arrays)))
+
     vocabularies = _embedding_ranges(program, specs, value_ranges)
     if vocabularies:  # token ids drawn in (0, 2) would leave the model's embeddings unread
         log.info("drawing %s below the embedding sizes %s", ", ".join(vocabularies),
@@ -294,6 +303,7 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic,
     model = _from_exported(source, kind, program, specs, examples, reference, module,
                            bounds={"seq": max_seq} if "seq" in dynamic else {})
     model.value_ranges = dict(value_ranges)
+    model.exported = exported
     return model
 
 

@@ -116,7 +116,8 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
         )
     checks = []
     peer, run_peer = _peer_name(deployed, model), None
-    for at, arrays in _input_sets(model):
+    sets = _input_sets(model)
+    for at, arrays in sets:
         refs = model.reference(*arrays)
         peer_errs = None
         if peer is not None:
@@ -131,7 +132,31 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
                 peer = None
         checks += compare(deployed, deployed.run(arrays), refs, at, model.reference_name,
                           peer, peer_errs)
+    wrong = next((c for c in checks if not c.ok and c.nonfinite is None), None)
+    if wrong is not None and model.exported is not None:
+        _blame_the_export(deployed, model, wrong, dict(sets)[wrong.at])
     return _judge(checks, model.reference_name)
+
+
+def _blame_the_export(deployed: Deployed, model: ImportedModel, check: OutputCheck,
+                      arrays: list[np.ndarray]) -> None:
+    """Raise where torch.export's own program differs from the module as the build does and the
+    build follows that program: the export, not tvmfuse, lost what the module computes."""
+    index = [spec.name for spec in deployed.outputs].index(check.name)
+    try:
+        program = model.exported(*arrays)[index]
+    except Exception as err:  # noqa: BLE001 - the program is only a second opinion here
+        log.debug("cannot run the exported program: %s", one_line(err))
+        return
+    own = relative_error(program, model.reference(*arrays)[index])
+    followed = relative_error(deployed.run(arrays)[index], program)
+    if own > check.tolerance >= followed:
+        raise TvmfuseError(
+            f"output {check.name} ({check.at}) differs from {model.reference_name} "
+            f"({check.rel_err:.3e}), as torch.export's own program does ({own:.3e}), which the "
+            f"build follows ({followed:.1e}): the module computes something its export does not "
+            f"capture (a branch on its inputs' values, or state its forward changes); the model "
+            f"as torch.export sees it is what tvmfuse builds")
 
 
 def agreement(run, reference, draws) -> dict[str, float] | None:
