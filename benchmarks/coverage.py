@@ -11,9 +11,10 @@ attribute name, weights random under a fixed seed, nothing downloaded. Its input
 model's ``main_input_name``; its output is the first tensor of what the model returns. Each model
 and path runs in a process of its own under ``--timeout``, so a crash or a hang costs only that
 model; the JSON is rewritten after every model, and ``--resume`` skips the model types it already
-holds (each record names the commit that swept it). A failure is filed under a cause (an op without a lowering, an importer error, an export
-error, a numeric mismatch, a crash or timeout, a config or inputs this script could not make) and
-the causes are printed largest first.
+holds (each record names the commit that swept it). A failure is filed under a cause (an op
+without a lowering, an importer error, an export error, a numeric mismatch, an export that differs
+from eager PyTorch, a crash or timeout, a config or inputs this script could not make) and the
+causes are printed largest first.
 """
 
 from __future__ import annotations
