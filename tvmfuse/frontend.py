@@ -452,7 +452,7 @@ def _from_exported(source, kind, program, specs, examples, reference, module,
     _drop_empty_concat_inputs(program)
     _promote_integer_math(program)
     try:
-        mod = from_exported_program(program)
+        mod = from_exported_program(program, custom_convert_map=CONVERTERS)
     except Exception as err:  # noqa: BLE001 - an unsupported op surfaces as many error types
         raise TvmfuseError(f"TVM cannot import {source}: {one_line(err)}") from None
     mod = WidenIntegerCumsum()(mod)  # the importer types torch's cumsum as its input's dtype
@@ -463,6 +463,24 @@ def _from_exported(source, kind, program, specs, examples, reference, module,
         source, kind, mod, tuple(specs), _output_specs(mod, specs), examples, reference, "pytorch",
         module, bounds=dict(bounds or {}),
     )
+
+
+def _reduction(op):
+    """A converter of a torch reduction ``(x, dim=[], keepdim=False)`` (an empty ``dim``: every
+    axis) to the Relax reduction ``op``."""
+
+    def convert(node, importer):
+        x = importer.env[node.args[0]]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", ())
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        dim = [dim] if isinstance(dim, int) else list(dim)
+        return importer.block_builder.emit(op(x, dim or None, keepdims=keepdim))
+
+    return convert
+
+
+#: Converters of the ATen ops TVM's importer has none for (torch op name -> converter).
+CONVERTERS = {"amax.default": _reduction(relax.op.max), "amin.default": _reduction(relax.op.min)}
 
 
 def _drop_empty_concat_inputs(program) -> None:

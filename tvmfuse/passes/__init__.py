@@ -26,6 +26,7 @@ from .prepack_weights import PrepackWeights
 from .quantize_int8 import ObserveQuantized, QuantizeInt8
 from .simplify_bounded_shapes import SimplifyBoundedShapes
 from .space_to_depth_conv import SpaceToDepthConv
+from .stack_as_concat import StackAsConcat
 from .store_narrowed import StoreNarrowed
 from .transposed_conv_as_conv import TransposedConvAsConv
 from .use_wgmma_gemms import UseWgmmaGemms
@@ -41,6 +42,6 @@ __all__ = ["ApplyDatabase", "ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeCl
            "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective", "MarkWeightsLayoutFree",
            "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16", "NormalizeSqueezeAxes",
            "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
-           "QuantizeInt8", "SimplifyBoundedShapes", "SpaceToDepthConv", "StoreNarrowed",
-           "TransposedConvAsConv", "UseWgmmaGemms", "VerifyFusion", "WidenElementwise",
-           "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
+           "QuantizeInt8", "SimplifyBoundedShapes", "SpaceToDepthConv", "StackAsConcat",
+           "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms", "VerifyFusion",
+           "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]

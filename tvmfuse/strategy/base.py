@@ -5,7 +5,7 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..passes import ApplyScheduleRules, DecomposeClip, NormalizeSqueezeAxes
+from ..passes import ApplyScheduleRules, DecomposeClip, NormalizeSqueezeAxes, StackAsConcat
 from ..rules import Rule
 from ..targets import TargetSpec
 
@@ -69,6 +69,7 @@ def nhwc_convs(kernel_layout: str) -> list[tvm.transform.Pass]:
     return [
         DecomposeClip(),  # ConvertLayout has no rule for clip (ReLU6)
         NormalizeSqueezeAxes(),  # nor for squeeze's negative axes
+        StackAsConcat(),  # and its rule for stack names an axis no other rule finds
         relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", kernel_layout]}),
         relax.transform.FoldConstant(),
     ]
