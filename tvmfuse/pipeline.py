@@ -25,6 +25,7 @@ from .passes import (
     ExpandIntegerPower,
     FoldBatchNorm,
     FoldConstantCasts,
+    FoldConstantsInNumPy,
     FoldCreationOps,
     FoldGeluTanh,
     FoldLayoutGlue,
@@ -134,6 +135,7 @@ def _phases(plan: _Plan) -> list[Phase]:
         Phase("fold", tvm.transform.Sequential([
             FoldCreationOps(),  # aranges and fills: what is computed from them folds in float32
             TransposedConvAsConv(),  # decoders' upsampling: convs over a zero-dilated input
+            FoldConstantsInNumPy(),  # what NumPy computes, without compiling a kernel for it
             relax.transform.FoldConstant(),
             GlobalPoolToReduce(),  # a pool whose window is the whole input: a mean
             FoldPadIntoConv(),  # "same" padding as its own pad op: the conv's padding

@@ -7,6 +7,7 @@ from .decompose_clip import DecomposeClip
 from .expand_integer_power import ExpandIntegerPower
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
+from .fold_constants_in_numpy import FoldConstantsInNumPy
 from .fold_creation_ops import FoldCreationOps
 from .fold_gelu_tanh import FoldGeluTanh
 from .fold_layout_glue import FoldLayoutGlue
@@ -37,11 +38,12 @@ from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
 __all__ = ["ApplyDatabase", "ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip",
-           "ExpandIntegerPower", "FoldBatchNorm", "FoldConstantCasts", "FoldCreationOps",
-           "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv",
-           "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective", "MarkWeightsLayoutFree",
-           "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16", "NormalizeSqueezeAxes",
-           "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
-           "QuantizeInt8", "SimplifyBoundedShapes", "SpaceToDepthConv", "StackAsConcat",
-           "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms", "VerifyFusion",
-           "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
+           "ExpandIntegerPower", "FoldBatchNorm", "FoldConstantCasts", "FoldConstantsInNumPy",
+           "FoldCreationOps", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
+           "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
+           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
+           "NormalizeSqueezeAxes", "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul",
+           "PrepackWeights", "QuantizeInt8", "SimplifyBoundedShapes", "SpaceToDepthConv",
+           "StackAsConcat", "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms",
+           "VerifyFusion", "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum",
+           "WinogradConv2D"]

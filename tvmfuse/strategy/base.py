@@ -5,7 +5,13 @@ from __future__ import annotations
 import tvm
 from tvm import relax
 
-from ..passes import ApplyScheduleRules, DecomposeClip, NormalizeSqueezeAxes, StackAsConcat
+from ..passes import (
+    ApplyScheduleRules,
+    DecomposeClip,
+    FoldConstantsInNumPy,
+    NormalizeSqueezeAxes,
+    StackAsConcat,
+)
 from ..rules import Rule
 from ..targets import TargetSpec
 
@@ -71,5 +77,6 @@ def nhwc_convs(kernel_layout: str) -> list[tvm.transform.Pass]:
         NormalizeSqueezeAxes(),  # nor for squeeze's negative axes
         StackAsConcat(),  # and its rule for stack names an axis no other rule finds
         relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", kernel_layout]}),
+        FoldConstantsInNumPy(),  # the weights' transposes
         relax.transform.FoldConstant(),
     ]

@@ -10,7 +10,13 @@ import math
 import tvm
 from tvm import relax, te, tirx, topi
 
-from ..passes import ApplyScheduleRules, PadConvChannels, WinogradConv2D, part_tail
+from ..passes import (
+    ApplyScheduleRules,
+    FoldConstantsInNumPy,
+    PadConvChannels,
+    WinogradConv2D,
+    part_tail,
+)
 from ..passes.propagate_nan import PropagateNaN
 from ..rules import Rule
 from ..schedules import cpu
@@ -36,7 +42,7 @@ class CpuStrategy(Strategy):
             return []
         vector = self.target.vector
         return [*nhwc_convs("HWIO"), PadConvChannels(vector.lanes, vector.dot_bf16),
-                relax.transform.FoldConstant(),
+                FoldConstantsInNumPy(), relax.transform.FoldConstant(),
                 *([WinogradConv2D()] if rules["winograd_conv2d"].enabled else [])]
 
     def legalize_overrides(self, rules: dict[str, Rule]) -> dict:
