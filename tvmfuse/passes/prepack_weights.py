@@ -27,6 +27,7 @@ import tvm
 from tvm import relax, s_tir, tirx
 
 from ..names import LAYOUT_REWRITE_PREPROC, PREPACK
+from ._rewrite import calls_op, mutate_functions
 
 #: Suffixes SplitLayoutRewritePreproc gives the two halves of a kernel.
 PACKING, PACKED = "_weight_prepack", "_prepacked"
@@ -50,9 +51,41 @@ class PrepackWeights:
         split = relax.transform.SplitLayoutRewritePreproc()(split)
         for gvar, func in others.items():
             split[gvar] = func
-        mod = relax.transform.FoldConstant()(split)
+        mod = relax.transform.FoldConstant()(_run_packing(split))  # FoldConstant: what is left
         mod = relax.transform.DeadCodeElimination()(mod)
         return _restore_names(mod)
+
+
+def _run_packing(mod: tvm.IRModule) -> tvm.IRModule:
+    """Every packing function's calls on constant weights replaced by their results, the
+    functions compiled together: FoldConstant compiled each alone (ResNet-50's 50 packing
+    functions took 2 s of its build; one module of them takes a fifth of that)."""
+    packing = {gvar: func.with_attr("global_symbol", gvar.name_hint)
+               for gvar, func in mod.functions.items()
+               if isinstance(func, tirx.PrimFunc) and gvar.name_hint.endswith(PACKING)}
+    if not packing:
+        return mod
+    library = tvm.compile(tvm.IRModule(packing), target="llvm")
+    return mutate_functions(mod, _Pack(mod, library))
+
+
+@relax.expr_functor.mutator
+class _Pack(relax.PyExprMutator):
+    """``call_tir(<kernel>_weight_prepack, (constant,))`` -> the packed constant."""
+
+    def __init__(self, mod: tvm.IRModule, library):
+        super().__init__(mod)
+        self.library = library
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = super().visit_call_(call)
+        if not (calls_op(call, "relax.call_tir") and call.args[0].name_hint.endswith(PACKING)
+                and all(isinstance(a, tvm.ir.expr.Constant) for a in call.args[1].fields)):
+            return call
+        out = call.ty
+        packed = tvm.runtime.empty([int(d) for d in out.shape.values], str(out.dtype))
+        self.library[call.args[0].name_hint](*(a.value for a in call.args[1].fields), packed)
+        return relax.const(packed)
 
 
 def _has_packing(func: tvm.tirx.PrimFunc) -> bool:
