@@ -225,6 +225,32 @@ def test_gpt2_with_its_default_cache_imports_and_verifies(tmp_path):
     assert len(checks) == 2 and max(c.rel_err for c in checks) < 1e-4
 
 
+def test_a_mixture_of_experts_model_imports_and_verifies(tmp_path):
+    """transformers routes tokens to experts through histc and a custom grouped-matmul op by
+    default, which TVM cannot import; the export takes its batched-matmul implementation and
+    the module is left as it was."""
+    import transformers
+
+    from tvmfuse import api
+    from tvmfuse.frontend import _import_torch
+    from tvmfuse.verify import verify
+
+    config = transformers.MixtralConfig(hidden_size=64, intermediate_size=48, num_hidden_layers=1,
+                                        num_attention_heads=4, num_key_value_heads=2,
+                                        num_local_experts=5, num_experts_per_tok=2,
+                                        vocab_size=101, use_cache=False)
+    torch.manual_seed(0)
+    module = transformers.MixtralModel(config).eval()
+    assert module.get_experts_implementation() == {"": "grouped_mm"}
+    model = _import_torch("mixtral", "factory", module,
+                          (TensorSpec("input_ids", (1, 13), "int64"),), {}, ())
+    assert module.get_experts_implementation() == {"": "grouped_mm"}
+    assert "R.take" in model.mod["main"].script()  # each token's experts' weights, gathered
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert max(c.rel_err for c in checks) < 1e-4
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

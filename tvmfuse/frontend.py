@@ -273,7 +273,7 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic,
                                              for i, d in enumerate(s.shape)))
                       for s, named in zip(specs, axes))
     try:
-        with torch.no_grad(), _quiet_torch():
+        with torch.no_grad(), _quiet_torch(), _batched_experts(module):
             program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
     except Exception as err:  # noqa: BLE001 - torch raises many types; the user needs one line
         shapes = ", ".join(f"{s.name}{format_shape(s.shape)}:{s.dtype}" for s in specs)
@@ -668,6 +668,42 @@ def _output_specs(mod, inputs, names=()) -> tuple[TensorSpec, ...]:
         )
         for i, f in enumerate(fields)
     )
+
+
+#: transformers' implementation of mixture-of-experts layers that an export keeps as ops TVM
+#: imports: every token's experts' weights gathered, then batched matmuls.
+EXPORTED_EXPERTS = "batched_mm"
+
+
+@contextlib.contextmanager
+def _batched_experts(module):
+    """transformers' mixture-of-experts models (Mixtral, Qwen-MoE, ...) set to
+    :data:`EXPORTED_EXPERTS` while they are exported, then set back. Their default, grouped_mm,
+    counts tokens per expert with ``histc`` and multiplies each expert's group through a custom
+    op (``transformers.grouped_mm_fallback``) whose group sizes depend on the routing: TVM has no
+    import for either. Both implementations compute the same sums."""
+    models = [m for m in module.modules() if callable(getattr(m, "set_experts_implementation",
+                                                               None))
+              and m._can_set_experts_implementation()
+              and set(m.get_experts_implementation().values()) - {EXPORTED_EXPERTS, None}]
+    outer = [m for m in models if not any(o is not m and any(s is m for s in o.modules())
+                                          for o in models)]  # an outer model sets its inner ones
+    switched = []
+    try:
+        for m in outer:
+            saved = m.get_experts_implementation()
+            try:
+                m.set_experts_implementation(EXPORTED_EXPERTS)
+            except Exception as err:  # noqa: BLE001 - exported as it is, and may still import
+                log.info("cannot set %s's experts to %s: %s", type(m).__name__,
+                         EXPORTED_EXPERTS, one_line(err))
+                continue
+            switched.append((m, saved))
+            log.info("exporting %s's experts as %s", type(m).__name__, EXPORTED_EXPERTS)
+        yield
+    finally:
+        for m, saved in switched:
+            m.set_experts_implementation(saved)
 
 
 @contextlib.contextmanager

@@ -71,6 +71,9 @@ class ApplyScheduleRules:
         """The name of the first rule that schedules ``func`` and its schedule, or None.
 
         What the build gives one kernel; ``tvmfuse tune`` seeds its records with the same."""
+        if not _has_root_block(func):  # written without blocks (topi's topk, a sort): no rule
+            log.debug("%s has no root block: left to TVM's default schedule", kernel)
+            return None
         rules = self.rules
         if self.small_reduction_rules and 0 < _reduction_size(func) <= self.small_reduction:
             rules = self.small_reduction_rules
@@ -84,6 +87,14 @@ class ApplyScheduleRules:
             if space is not None:
                 return rule_name(rule), space[0] if isinstance(space, list) else space
         return None
+
+
+def _has_root_block(func: tirx.PrimFunc) -> bool:
+    try:
+        s_tir.Schedule(func).get_sblock("root")
+    except Exception:  # noqa: BLE001 - the schedule's error for a function without blocks
+        return False
+    return True
 
 
 def _reduction_size(func: tirx.PrimFunc) -> int:
