@@ -251,6 +251,28 @@ def test_a_mixture_of_experts_model_imports_and_verifies(tmp_path):
     assert max(c.rel_err for c in checks) < 1e-4
 
 
+def test_an_empty_tensor_in_a_concat_is_dropped(tmp_path):
+    """DINOv3 concatenates zero register tokens, ``[1, 0, 64]``: kept, it became a constant of
+    no elements that TVM's loader refused ("Invalid DLTensor file format")."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    class Tokens(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+            self.registers = torch.nn.Parameter(torch.zeros(1, 0, 8))
+
+        def forward(self, x):
+            return torch.cat([self.cls, self.registers, x], dim=1).softmax(-1)
+
+    model = api.import_torch(Tokens().eval(), (torch.randn(1, 5, 8),))
+    assert "R.concat" in model.mod["main"].script() and "(1, 0, 8)" not in model.mod.script()
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert max(c.rel_err for c in checks) < 1e-6
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

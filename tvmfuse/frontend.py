@@ -484,15 +484,17 @@ CONVERTERS = {"amax.default": _reduction(relax.op.max), "amin.default": _reducti
 
 
 def _drop_empty_concat_inputs(program) -> None:
-    """Drop the 1-D empty tensors from every ``aten.cat``, as PyTorch itself skips them (a legacy
-    rule): transformers' KV cache starts each layer as ``torch.tensor([])`` and concatenates the
-    first keys onto it, which TVM's importer refuses ("Concat expects all input tensors to have
-    same ndim")."""
+    """Drop the empty tensors from every ``aten.cat``, which add nothing to it. PyTorch itself
+    skips 1-D empty ones (a legacy rule): transformers' KV cache starts each layer as
+    ``torch.tensor([])`` and concatenates the first keys onto it, which TVM's importer refuses
+    ("Concat expects all input tensors to have same ndim"). An empty tensor of the cat's rank
+    (DINOv3's zero register tokens, ``[1, 0, 64]``) became a constant of no elements, which TVM
+    writes into the library in a form its loader refuses ("Invalid DLTensor file format")."""
     for node in program.graph.nodes:
         if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
             continue
         tensors = node.args[0]
-        kept = [t for t in tensors if not _legacy_empty(t)]
+        kept = [t for t in tensors if not _empty(t)]
         if kept and len(kept) < len(tensors):
             node.args = (kept, *node.args[1:])
 
@@ -540,9 +542,10 @@ def _fake_mode_of(value):
     return mode if mode is not None else contextlib.nullcontext()
 
 
-def _legacy_empty(node) -> bool:
+def _empty(node) -> bool:
+    """A tensor with a dimension of 0 elements (a symbolic dimension is not known to be)."""
     value = getattr(node, "meta", {}).get("val")
-    return value is not None and tuple(value.shape) == (0,)
+    return value is not None and any(isinstance(d, int) and d == 0 for d in value.shape)
 
 
 def count_flops(model: ImportedModel) -> float | None:
