@@ -749,3 +749,47 @@ def test_dense_over_a_symbolic_length_keeps_its_tile_and_pads_the_rows():
         result = tvm.runtime.tensor(np.zeros((1, rows, 64), "float32"), dev)
         lib.mod["main"](tvm.runtime.tensor(data, dev), tvm.runtime.tensor(weights, dev), result)
         _close(result.numpy(), np.maximum(data @ weights, 0))
+
+
+class _Rotary(torch.nn.Module):
+    """Llama's rotary embedding over heads of ``dim``: ``q * cos + rotate_half(q) * sin``."""
+
+    def __init__(self, dim: int, positions: int):
+        super().__init__()
+        angles = torch.arange(positions)[:, None] * 0.1 ** torch.arange(dim // 2)
+        self.cos = torch.cat([angles, angles], -1).cos()
+        self.sin = torch.cat([angles, angles], -1).sin()
+        self.dim = dim
+
+    def forward(self, x):
+        q = x.view(1, x.shape[1], -1, self.dim).transpose(1, 2)
+        half = torch.cat([-q[..., self.dim // 2:], q[..., :self.dim // 2]], -1)
+        return (q * self.cos + half * self.sin).transpose(1, 2).reshape(x.shape)
+
+
+@pytest.mark.parametrize("dim", [4, 8, 16])
+def test_rotary_embedding_over_heads_narrower_than_a_vector(dim, tmp_path):
+    """A head of 8 under 16 lanes: LLVM vectorized the kernel's scalar loop reading the angles
+    as if ``j % 8`` were ``j`` (the next position's, and past the buffer on the last)."""
+    model = api.import_torch(_Rotary(dim, 13).eval(), (torch.randn(1, 13, 32),))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    deployed = api.load(api.build(compiled, tmp_path / "b"))
+    assert set(deployed.manifest["implementations"].values()) == {"cpu.elementwise"}
+    assert max(c.rel_err for c in verify(deployed, model)) < 1e-5
+
+
+def test_a_vector_of_booleans_is_not_stored_packed(tmp_path):
+    """Counting the tokens that are not padding (cpmant): TVM's LLVM code stored a vector of 8
+    booleans as bits in a buffer of bytes, and 4 of 8 were counted as -12."""
+
+    class Count(torch.nn.Module):
+        def forward(self, ids, x):
+            return x * torch.logical_not(ids == 0).long().sum(-1, keepdim=True)
+
+    ids = torch.tensor([[0, 3, 0, 5, 6, 0, 7, 0]], dtype=torch.int32)
+    model = api.import_torch(Count(), (ids, torch.randn(1, 8)))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    deployed = api.load(api.build(compiled, tmp_path / "b"))
+    assert "default" not in deployed.manifest["implementations"].values()
+    out = deployed.run([ids.numpy(), np.ones((1, 8), "float32")])[0]
+    np.testing.assert_array_equal(out, np.full((1, 8), 4.0, "float32"))
