@@ -273,6 +273,22 @@ def test_an_empty_tensor_in_a_concat_is_dropped(tmp_path):
     assert max(c.rel_err for c in checks) < 1e-6
 
 
+def test_a_concat_of_mixed_dtypes_is_promoted_as_pytorch_does(tmp_path):
+    """FLAVA concatenates float32 embeddings with int64 ones: PyTorch promotes, TVM's importer
+    refused ("Concat expects all input tensors to have the same dtype")."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    class Mixed(torch.nn.Module):
+        def forward(self, x, ids):
+            return torch.cat([x, ids], dim=-1) * 0.5
+
+    model = api.import_torch(Mixed(), (torch.randn(2, 5), torch.arange(6).reshape(2, 3)))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert max(c.rel_err for c in checks) < 1e-6
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

@@ -450,6 +450,7 @@ def _from_exported(source, kind, program, specs, examples, reference, module,
                    bounds=None) -> ImportedModel:
 
     _drop_empty_concat_inputs(program)
+    _promote_concat_inputs(program)
     _promote_integer_math(program)
     try:
         mod = from_exported_program(program, custom_convert_map=CONVERTERS)
@@ -497,6 +498,32 @@ def _drop_empty_concat_inputs(program) -> None:
         kept = [t for t in tensors if not _empty(t)]
         if kept and len(kept) < len(tensors):
             node.args = (kept, *node.args[1:])
+
+
+def _promote_concat_inputs(program) -> None:
+    """Cast the inputs of an ``aten.cat`` to the dtype of its result, as PyTorch's type
+    promotion does: FLAVA concatenates float32 embeddings with int64 ones, which TVM's importer
+    refuses ("Concat expects all input tensors to have the same dtype")."""
+    graph = program.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not torch.ops.aten.cat.default:
+            continue
+        result = node.meta.get("val")
+        if not isinstance(result, torch.Tensor):
+            continue
+        tensors = list(node.args[0])
+        for i, arg in enumerate(tensors):
+            value = getattr(arg, "meta", {}).get("val")
+            if not isinstance(value, torch.Tensor) or value.dtype == result.dtype:
+                continue
+            with graph.inserting_before(node):
+                cast = graph.call_function(torch.ops.aten._to_copy.default, (arg,),
+                                           {"dtype": result.dtype})
+            with _fake_mode_of(value):
+                cast.meta["val"] = value.to(result.dtype)
+            tensors[i] = cast
+        node.args = (tensors, *node.args[1:])
+    graph.lint()
 
 
 #: Float-only math that PyTorch computes on an integer tensor by promoting it to its default float
