@@ -238,16 +238,34 @@ def coverage_table(kind: str, data: dict, top: int = 4) -> list[str]:
             if result.get("cause"):
                 causes[result["cause"]] = causes.get(result["cause"], 0) + 1
         largest = sorted(causes.items(), key=lambda c: (-c[1], c[0]))[:top]
-        rows.append([label, str(len(results)),
-                     *(str(sum(r[k] for r in results)) for k in ("exported", "built",
-                                                                  "verified")),
-                     "; ".join(f"{c.replace('|', chr(92) + '|')} ({n})" for c, n in largest)
-                     or "-"])
+        exported, built, verified = (sum(r[k] for r in results)
+                                     for k in ("exported", "built", "verified"))
+        rows.append([label, str(len(results)), str(exported), str(built), str(verified),
+                     f"{verified / exported:.0%}" if exported else "-",
+                     "; ".join(f"{_cell(c)} ({n})" for c, n in largest) or "-"])
     out = ["**Coverage of transformers' AutoModel types** (`benchmarks/coverage.py`: small "
            "configs, random weights, fp32, built untuned and verified on this CPU):", ""]
     out += table(["path", "model types", "exported", "built", "verified",
-                  "largest failure causes (model types)"], rows)
+                  "verified of exported", "largest failure causes (model types)"], rows)
+    out += ["", "Every failure after the export, by path and cause:", ""]
+    for path, label in (("torch", "torch.export"), ("onnx", "ONNX")):
+        groups: dict[str, list[str]] = {}
+        for record in records:
+            result = record.get(path, {})
+            if result.get("exported") and not result.get("verified"):
+                groups.setdefault(result.get("cause") or "?", []).append(record["type"])
+        for cause, types in sorted(groups.items(), key=lambda g: (-len(g[1]), g[0])):
+            out.append(f"- {label}, {_cell(cause)}: {', '.join(sorted(types))}")
+    commits = sorted({r["commit"] for r in records if r.get("commit")})
+    if len(commits) > 1:
+        out += ["", f"The records were swept at commits {', '.join(commits)} (each record "
+                    "names its own)."]
     return out + [""] + provenance(kind, [data])
+
+
+def _cell(text: str) -> str:
+    """``text`` safe inside a Markdown table cell."""
+    return text.replace("|", "\\|")
 
 
 def dynamic_table(kind: str, data: dict) -> list[str]:
