@@ -282,9 +282,14 @@ def export_torch(module, tensors) -> None:
 
 
 def export_onnx(module, names, tensors, path: Path) -> None:
+    """``torch.onnx.export`` the module, mixture-of-experts layers in the form tvmfuse's own
+    torch.export takes (:func:`tvmfuse.frontend.batched_experts`; the default form's custom op
+    has no ONNX export)."""
     import torch  # noqa: PLC0415
 
-    with torch.no_grad():
+    from tvmfuse.frontend import batched_experts  # noqa: PLC0415
+
+    with torch.no_grad(), batched_experts(module):
         torch.onnx.export(module, tuple(tensors), str(path), input_names=names,
                           output_names=["output"], dynamo=True, verbose=False)
 

@@ -273,7 +273,7 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic,
                                              for i, d in enumerate(s.shape)))
                       for s, named in zip(specs, axes))
     try:
-        with torch.no_grad(), _quiet_torch(), _batched_experts(module):
+        with torch.no_grad(), _quiet_torch(), batched_experts(module):
             program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes)
     except Exception as err:  # noqa: BLE001 - torch raises many types; the user needs one line
         shapes = ", ".join(f"{s.name}{format_shape(s.shape)}:{s.dtype}" for s in specs)
@@ -706,7 +706,7 @@ EXPORTED_EXPERTS = "batched_mm"
 
 
 @contextlib.contextmanager
-def _batched_experts(module):
+def batched_experts(module):
     """transformers' mixture-of-experts models (Mixtral, Qwen-MoE, ...) set to
     :data:`EXPORTED_EXPERTS` while they are exported, then set back. Their default, grouped_mm,
     counts tokens per expert with ``histc`` and multiplies each expert's group through a custom

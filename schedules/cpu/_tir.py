@@ -3,12 +3,14 @@ nest (target-neutral TensorIR helpers are in :mod:`tvmfuse.schedules.tir_util`).
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 
 from tvmfuse.targets import Vector
 
-from ..tir_util import lanes_for, loops_match_iters, static_extent
+from ..tir_util import lanes_for, loops_match_iters, read_index_nodes, static_extent, uses
 
 #: Below this many output elements a kernel runs on one thread: waking the pool costs more.
 MIN_PARALLEL_ELEMENTS = 4096
@@ -75,19 +77,69 @@ def parallelize(sch: s_tir.Schedule, block, lanes: int) -> None:
                         if iv.iter_type != tirx.IterVar.DataPar), len(loops))
     if spatial == 0:
         return
+    if _reads_or_writes_bool(sch, block):
+        lanes = 1  # TVM's LLVM code packs a vector of bools into bits: 4 of 8 counted as -12
     total = 1
     for loop in loops[:spatial]:
         extent = static_extent(sch, loop)
         total = total * extent if extent is not None and total is not None else None
     outer = loops[:spatial]
     if spatial == len(loops):
-        rest = vectorize_inner(sch, loops[-1], lanes)
+        lanes = math.gcd(lanes, lane_period(sch, block, loops[-1]))
+        if lanes < 4:  # split at the period all the same, so no `% period` spans the loop
+            rest = sch.split(loops[-1], [None, lanes])[0] if lanes > 1 else loops[-1]
+        else:
+            rest = vectorize_inner(sch, loops[-1], lanes)
         outer = loops[:spatial - 1] + ([rest] if rest is not None else [])
         if not outer:
             return
     if total is None or total >= MIN_PARALLEL_ELEMENTS:
         outer = outer[:_chunking_prefix(sch, outer)]
         sch.parallel(sch.fuse(*outer) if len(outer) > 1 else outer[0])
+
+
+def lane_period(sch: s_tir.Schedule, block, loop) -> int:
+    """The gcd of the power-of-two divisors ``d`` of every ``x % d`` and ``x // d`` the block
+    reads at where ``x`` steps with ``loop`` (0: none). A vector must not cross such a period:
+    LLVM's loop vectorizer (LLVM 22, 16 lanes) read a rotary embedding's ``cos[i * 8 + j % 8]``
+    (``j & 7``), which TVM had left a scalar loop, as 16 consecutive floats over a head of 8:
+    the next position's angles, and past the buffer on the last one. Within a period the index
+    is affine in the lane."""
+    var = sch.get(loop).loop_var
+    realize = sch.get(loop).body
+    if not isinstance(realize, s_tir.stmt.SBlockRealize):
+        return 0
+    lane_vars = [iv.var for iv, value in zip(sch.get(block).iter_vars, realize.iter_values)
+                 if uses(value, var)]
+    period = 0
+    for node in read_index_nodes(sch.get(block)):
+        if isinstance(node, (tirx.FloorMod, tirx.FloorDiv)) and isinstance(node.b, tirx.IntImm) \
+                and _is_power_of_two(int(node.b.value)) \
+                and any(_steps_with(node.a, v) for v in lane_vars):
+            period = math.gcd(period, int(node.b.value))
+    return period
+
+
+def _is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _steps_with(expr, var: tirx.Var) -> bool:
+    """``var`` occurs in ``expr`` outside every floordiv and floormod."""
+    if isinstance(expr, tirx.Var):
+        return expr.same_as(var)
+    if isinstance(expr, (tirx.FloorMod, tirx.FloorDiv)):
+        return False
+    return any(_steps_with(operand, var) for operand in (getattr(expr, "a", None),
+                                                         getattr(expr, "b", None))
+               if operand is not None)
+
+
+def _reads_or_writes_bool(sch: s_tir.Schedule, block) -> bool:
+    """The block loads or stores a boolean buffer: vectorized, TVM's LLVM code generator moves
+    ``<n x i1>`` vectors, packed as bits, through buffers that hold a byte per boolean."""
+    stmt = sch.get(block)
+    return any(str(region.source.dtype) == "bool" for region in (*stmt.reads, *stmt.writes))
 
 
 #: A parallel loop is the fewest leading loops of a nest with at least this many iterations; the
