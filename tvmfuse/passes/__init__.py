@@ -20,7 +20,7 @@ from .mark_weights_layout_free import MarkWeightsLayoutFree
 from .merge_parallel_matmul import MergeParallelMatmul
 from .merge_summed_conv import MergeSummedConv
 from .narrow_to_bfloat16 import NarrowToBFloat16
-from .normalize_squeeze_axes import NormalizeSqueezeAxes
+from .normalize_negative_axes import NormalizeNegativeAxes
 from .pad_conv_channels import PadConvChannels
 from .point_conv_as_matmul import PointConvAsMatmul
 from .prepack_weights import PrepackWeights
@@ -42,7 +42,7 @@ __all__ = ["ApplyDatabase", "ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeCl
            "FoldCreationOps", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
            "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
-           "NormalizeSqueezeAxes", "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul",
+           "NormalizeNegativeAxes", "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul",
            "PrepackWeights", "QuantizeInt8", "SimplifyBoundedShapes", "SpaceToDepthConv",
            "StackAsConcat", "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms",
            "VerifyFusion", "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum",

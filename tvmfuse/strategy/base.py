@@ -9,7 +9,7 @@ from ..passes import (
     ApplyScheduleRules,
     DecomposeClip,
     FoldConstantsInNumPy,
-    NormalizeSqueezeAxes,
+    NormalizeNegativeAxes,
     StackAsConcat,
 )
 from ..rules import Rule
@@ -74,7 +74,7 @@ def nhwc_convs(kernel_layout: str) -> list[tvm.transform.Pass]:
     would wrap each such op in transposes back to NCHW."""
     return [
         DecomposeClip(),  # ConvertLayout has no rule for clip (ReLU6)
-        NormalizeSqueezeAxes(),  # nor for squeeze's negative axes
+        NormalizeNegativeAxes(),  # nor for squeeze's and permute's negative axes
         StackAsConcat(),  # and its rule for stack names an axis no other rule finds
         relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", kernel_layout]}),
         FoldConstantsInNumPy(),  # the weights' transposes
