@@ -247,7 +247,8 @@ def coverage_table(kind: str, data: dict, top: int = 4) -> list[str]:
            "configs, random weights, fp32, built untuned and verified on this CPU):", ""]
     out += table(["path", "model types", "exported", "built", "verified",
                   "verified of exported", "largest failure causes (model types)"], rows)
-    out += ["", "Every failure after the export, by path and cause:", ""]
+    out += [""] + provenance(kind, [data])
+    out += ["Every failure after the export, by path and cause:", ""]
     for path, label in (("torch", "torch.export"), ("onnx", "ONNX")):
         groups: dict[str, list[str]] = {}
         for record in records:
@@ -260,7 +261,7 @@ def coverage_table(kind: str, data: dict, top: int = 4) -> list[str]:
     if len(commits) > 1:
         out += ["", f"The records were swept at commits {', '.join(commits)} (each record "
                     "names its own)."]
-    return out + [""] + provenance(kind, [data])
+    return out + [""]
 
 
 def _cell(text: str) -> str:

@@ -35,7 +35,10 @@ def _evaluate(call: relax.Call, args: list):
     name, attrs, out = call.op.name, call.attrs, call.ty
     if not isinstance(out, relax.TensorType) or str(out.dtype) not in _DTYPES:
         return None
-    shape = [int(d) for d in out.shape.values] if out.shape is not None else None
+    dims = out.shape.values if out.shape is not None else None
+    if dims is None or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
+        return None  # a symbolic shape (--dynamic): computed at run time
+    shape = [int(d) for d in dims]
     if name in _BINARY and (name != "relax.divide" or str(out.dtype).startswith("float")):
         return _BINARY[name](*args)
     if name in _UNARY and args[0].dtype.kind == "f":
