@@ -289,6 +289,23 @@ def test_a_concat_of_mixed_dtypes_is_promoted_as_pytorch_does(tmp_path):
     assert max(c.rel_err for c in checks) < 1e-6
 
 
+def test_an_unsorted_topk_imports_as_a_sorted_one(tmp_path):
+    """A mixture-of-experts router's ``topk(..., sorted=False)`` (ERGO): TVM's importer takes
+    only sorted ones; PyTorch leaves the unsorted order to the implementation."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    class Router(torch.nn.Module):
+        def forward(self, x):
+            weights, experts = torch.topk(x.softmax(-1), 3, dim=-1, sorted=False)
+            return (weights * experts.float()).sum(-1)  # the same for any order of the three
+
+    model = api.import_torch(Router(), (torch.randn(5, 9),))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert max(c.rel_err for c in checks) < 1e-6
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

@@ -450,6 +450,7 @@ def _from_exported(source, kind, program, specs, examples, reference, module,
                    bounds=None) -> ImportedModel:
 
     _drop_empty_concat_inputs(program)
+    _sort_topk(program)
     _promote_concat_inputs(program)
     _promote_integer_math(program)
     try:
@@ -498,6 +499,18 @@ def _drop_empty_concat_inputs(program) -> None:
         kept = [t for t in tensors if not _empty(t)]
         if kept and len(kept) < len(tensors):
             node.args = (kept, *node.args[1:])
+
+
+def _sort_topk(program) -> None:
+    """An unsorted ``aten.topk`` made sorted: PyTorch leaves the order of an unsorted top-k to
+    the implementation, so the sorted order is one it may return; TVM's importer takes only
+    sorted ones (the routers of ERGO and EXAONE-MoE ask for unsorted experts)."""
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.topk.default:
+            if len(node.args) > 4 and not node.args[4]:
+                node.args = (*node.args[:4], True, *node.args[5:])
+            if node.kwargs.get("sorted") is False:
+                node.kwargs = {**node.kwargs, "sorted": True}
 
 
 def _promote_concat_inputs(program) -> None:
