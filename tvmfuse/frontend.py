@@ -730,6 +730,17 @@ def _output_specs(mod, inputs, names=()) -> tuple[TensorSpec, ...]:
 EXPORTED_EXPERTS = "batched_mm"
 
 
+def _switchable_experts(module) -> bool:
+    """``module`` is a transformers model whose experts can be set, and are not batched_mm."""
+    try:
+        return (callable(getattr(module, "set_experts_implementation", None))
+                and module._can_set_experts_implementation()
+                and bool(set(module.get_experts_implementation().values())
+                         - {EXPORTED_EXPERTS, None}))
+    except Exception:  # noqa: BLE001 - another transformers version: exported as it is
+        return False
+
+
 @contextlib.contextmanager
 def batched_experts(module):
     """transformers' mixture-of-experts models (Mixtral, Qwen-MoE, ...) set to
@@ -737,10 +748,7 @@ def batched_experts(module):
     counts tokens per expert with ``histc`` and multiplies each expert's group through a custom
     op (``transformers.grouped_mm_fallback``) whose group sizes depend on the routing: TVM has no
     import for either. Both implementations compute the same sums."""
-    models = [m for m in module.modules() if callable(getattr(m, "set_experts_implementation",
-                                                               None))
-              and m._can_set_experts_implementation()
-              and set(m.get_experts_implementation().values()) - {EXPORTED_EXPERTS, None}]
+    models = [m for m in module.modules() if _switchable_experts(m)]
     outer = [m for m in models if not any(o is not m and any(s is m for s in o.modules())
                                           for o in models)]  # an outer model sets its inner ones
     switched = []

@@ -132,8 +132,8 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
                 peer = None
         checks += compare(deployed, deployed.run(arrays), refs, at, model.reference_name,
                           peer, peer_errs)
-    wrong = next((c for c in checks if not c.ok and c.nonfinite is None), None)
-    if wrong is not None and model.exported is not None:
+    wrong = next((c for c in checks if not c.ok), None)  # the one _judge reports
+    if wrong is not None and wrong.nonfinite is None and model.exported is not None:
         _blame_the_export(deployed, model, wrong, dict(sets)[wrong.at])
     return _judge(checks, model.reference_name)
 
@@ -155,8 +155,9 @@ def _blame_the_export(deployed: Deployed, model: ImportedModel, check: OutputChe
             f"output {check.name} ({check.at}) differs from {model.reference_name} "
             f"({check.rel_err:.3e}), as torch.export's own program does ({own:.3e}), which the "
             f"build follows ({followed:.1e}): the module computes something its export does not "
-            f"capture (a branch on its inputs' values, or state its forward changes); the model "
-            f"as torch.export sees it is what tvmfuse builds")
+            f"capture (a branch on its inputs' values, or state its forward changes), and "
+            f"tvmfuse builds the model as torch.export sees it: make the forward free of both, "
+            f"or build without --verify")
 
 
 def agreement(run, reference, draws) -> dict[str, float] | None:

@@ -78,7 +78,7 @@ def parallelize(sch: s_tir.Schedule, block, lanes: int) -> None:
     if spatial == 0:
         return
     if _reads_or_writes_bool(sch, block):
-        lanes = 1  # TVM's LLVM code packs a vector of bools into bits: 4 of 8 counted as -12
+        lanes = 1  # TVM's LLVM code would move a vector of bools as bits (_reads_or_writes_bool)
     total = 1
     for loop in loops[:spatial]:
         extent = static_extent(sch, loop)
@@ -101,7 +101,7 @@ def parallelize(sch: s_tir.Schedule, block, lanes: int) -> None:
 def lane_period(sch: s_tir.Schedule, block, loop) -> int:
     """The gcd of the power-of-two divisors ``d`` of every ``x % d`` and ``x // d`` the block
     reads at where ``x`` steps with ``loop`` (0: none). A vector must not cross such a period:
-    LLVM's loop vectorizer (LLVM 22, 16 lanes) read a rotary embedding's ``cos[i * 8 + j % 8]``
+    LLVM's loop vectorizer (16 lanes) read a rotary embedding's ``cos[i * 8 + j % 8]``
     (``j & 7``), which TVM had left a scalar loop, as 16 consecutive floats over a head of 8:
     the next position's angles, and past the buffer on the last one. Within a period the index
     is affine in the lane."""

@@ -2,10 +2,10 @@
 reshapes, scales, pads, casts) evaluated with NumPy at build time, before TVM's FoldConstant.
 
 TVM's FoldConstant evaluates a constant call by legalizing it, compiling the PrimFunc with LLVM
-and running it: one compile per distinct op and shape, about 20 ms each, so a ResNet-50 build
-compiled 158 small kernels for its weights (about half of its passes' time). The ops here are
-computed exactly as NumPy computes them (elementwise float32 arithmetic is IEEE in both); any
-other call over constants is left to FoldConstant, which runs after.
+and running it: one compile per distinct op and shape, which made up most of a CNN build's
+passes (``docs/build-time.md``). The ops here are computed as NumPy computes them (elementwise
+float32 arithmetic is IEEE in both, with no warnings: a kernel raises none); any other call over
+constants is left to FoldConstant, which runs after.
 
 Preconditions: none (a call is folded only when all its arguments are constants).
 """
@@ -16,7 +16,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ._rewrite import mutate_functions
+from ._rewrite import mutate_functions, static_shape
 
 #: The dtypes NumPy computes as TVM does (bfloat16 has no NumPy type; float16 math would differ).
 _DTYPES = ("float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
@@ -27,18 +27,18 @@ _UNARY = {"relax.sqrt": np.sqrt, "relax.negative": np.negative, "relax.abs": np.
           "relax.rsqrt": lambda x: 1 / np.sqrt(x)}
 #: Ops whose result is their input's values in another shape (the output's static shape).
 _RESHAPES = ("relax.reshape", "relax.expand_dims", "relax.squeeze", "relax.flatten")
+#: Every op this pass folds.
+FOLDED = frozenset({*_BINARY, *_UNARY, *_RESHAPES, "relax.permute_dims", "relax.astype",
+                    "relax.concat", "relax.nn.pad"})
 
 
 def _evaluate(call: relax.Call, args: list):
     """``call``'s value from its arguments' values (NumPy arrays, or tuples of them), or None
     where this op or its dtype is left to TVM."""
     name, attrs, out = call.op.name, call.attrs, call.ty
-    if not isinstance(out, relax.TensorType) or str(out.dtype) not in _DTYPES:
+    shape = static_shape(out.shape)  # None for a symbolic one (--dynamic): left to run time
+    if shape is None or str(out.dtype) not in _DTYPES:
         return None
-    dims = out.shape.values if out.shape is not None else None
-    if dims is None or not all(isinstance(d, tvm.tirx.IntImm) for d in dims):
-        return None  # a symbolic shape (--dynamic): computed at run time
-    shape = [int(d) for d in dims]
     if name in _BINARY and (name != "relax.divide" or str(out.dtype).startswith("float")):
         return _BINARY[name](*args)
     if name in _UNARY and args[0].dtype.kind == "f":
@@ -82,15 +82,24 @@ class _Fold(relax.PyExprMutator):
 
     def visit_var_binding_(self, binding: relax.VarBinding) -> None:
         value = self.visit_expr(binding.value)
-        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op):
-            args = [_value(a) for a in value.args]
-            folded = _evaluate(value, args) if all(a is not None for a in args) else None
+        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) \
+                and value.op.name in FOLDED and isinstance(value.ty, relax.TensorType) \
+                and all(_is_static(a) for a in value.args):
+            with np.errstate(all="ignore"):
+                folded = _evaluate(value, [_value(a) for a in value.args])
             if folded is not None:
                 dtype = str(value.ty.dtype)
                 array = np.ascontiguousarray(np.asarray(folded).astype(dtype, copy=False))
                 self.folded[binding.var] = relax.const(array, dtype)
                 return
         super().visit_var_binding_(binding)
+
+
+def _is_static(expr: relax.Expr) -> bool:
+    """A constant, a static shape, or a tuple of constants."""
+    if isinstance(expr, relax.Tuple):
+        return all(isinstance(f, tvm.ir.expr.Constant) for f in expr.fields)
+    return isinstance(expr, (tvm.ir.expr.Constant, relax.ShapeExpr))
 
 
 def _value(expr: relax.Expr):

@@ -5,8 +5,8 @@ columns: ``P[n // panel, k..., n % panel]`` (:func:`schedules.cpu._blocked.pack_
 writes that as a packing block inside the kernel, annotated the way MetaSchedule's RewriteLayout
 annotates its own (so a searched record's layout works the same). TVM's
 SplitLayoutRewritePreproc moves each such block out into a ``<kernel>_weight_prepack`` function
-called on the weight, FoldConstant runs those calls on the constant weights, and the kernels
-are called ``<kernel>_prepacked`` on the packed constants.
+called on the weight; this pass compiles those functions as one module and runs them on the
+constant weights, and the kernels are called ``<kernel>_prepacked`` on the packed constants.
 
 This pass then gives every kernel its own name back (reports, profiles and tuning records name
 kernels as FuseTIR did) and drops the packing functions, which nothing calls any more.
@@ -58,8 +58,7 @@ class PrepackWeights:
 
 def _run_packing(mod: tvm.IRModule) -> tvm.IRModule:
     """Every packing function's calls on constant weights replaced by their results, the
-    functions compiled together: FoldConstant compiled each alone (ResNet-50's 50 packing
-    functions took 2 s of its build; one module of them takes a fifth of that)."""
+    functions compiled together (FoldConstant compiles each alone, an LLVM module apiece)."""
     packing = {gvar: func.with_attr("global_symbol", gvar.name_hint)
                for gvar, func in mod.functions.items()
                if isinstance(func, tirx.PrimFunc) and gvar.name_hint.endswith(PACKING)}

@@ -35,13 +35,17 @@ class StackAsConcat:
 
         def fold(expr: relax.Expr, matches) -> relax.Expr:
             stacked = matches[stack]
+            if stacked.ty.ndim < 0:  # an unknown rank: no axis to count from the front
+                return expr
             axis = _axis(stacked)
-            if [int(a) for a in expr.attrs.axis or []] not in ([axis], [axis - _ndim(stacked)]):
+            if [int(a) for a in expr.attrs.axis or []] not in ([axis], [axis - stacked.ty.ndim]):
                 return expr
             out = functools.reduce(FOLDS[expr.op.name], _fields(stacked.args[0]))
             return relax.op.expand_dims(out, axis) if expr.attrs.keepdims else out
 
         def as_concat(expr: relax.Expr, _matches) -> relax.Expr:
+            if expr.ty.ndim < 0:
+                return expr
             axis = _axis(expr)
             fields = [relax.op.expand_dims(x, axis) for x in _fields(expr.args[0])]
             return relax.op.concat(fields, axis=axis)
@@ -55,11 +59,7 @@ def _fields(tup: relax.Expr) -> list[relax.Expr]:
     return [relax.TupleGetItem(tup, i) for i in range(len(tup.ty.fields))]
 
 
-def _ndim(stacked: relax.Call) -> int:
-    return stacked.ty.ndim
-
-
 def _axis(stacked: relax.Call) -> int:
     """The stacked axis, counted from the front of the stack's output."""
     axis = stacked.attrs.axis
-    return (0 if axis is None else int(axis)) % _ndim(stacked)
+    return (0 if axis is None else int(axis)) % stacked.ty.ndim
