@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -283,11 +284,15 @@ def _import_torch(source, kind, module, specs, value_ranges, dynamic,
         with torch.no_grad():
             return _flatten_torch(module(*(torch.from_numpy(a) for a in arrays)))
 
-    runnable = program.module()  # before the rewrites below change the program's graph
+    # The program as a module, made only when a failed --verify asks (a copy of the graph, 0.1 s
+    # for BERT-base); the importer's rewrites of the program below keep PyTorch's semantics.
+    @functools.cache
+    def runnable():
+        return program.module()
 
     def exported(*arrays):
         with torch.no_grad():
-            return _flatten_torch(runnable(*(torch.from_numpy(a) for a in arrays)))
+            return _flatten_torch(runnable()(*(torch.from_numpy(a) for a in arrays)))
 
     vocabularies = _embedding_ranges(program, specs, value_ranges)
     if vocabularies:  # token ids drawn in (0, 2) would leave the model's embeddings unread
@@ -529,12 +534,7 @@ def _promote_concat_inputs(program) -> None:
             value = getattr(arg, "meta", {}).get("val")
             if not isinstance(value, torch.Tensor) or value.dtype == result.dtype:
                 continue
-            with graph.inserting_before(node):
-                cast = graph.call_function(torch.ops.aten._to_copy.default, (arg,),
-                                           {"dtype": result.dtype})
-            with _fake_mode_of(value):
-                cast.meta["val"] = value.to(result.dtype)
-            tensors[i] = cast
+            tensors[i] = _cast_before(graph, node, arg, result.dtype)
         node.args = (tensors, *node.args[1:])
     graph.lint()
 
@@ -566,14 +566,20 @@ def _promote_integer_math(program) -> None:
             value = getattr(arg, "meta", {}).get("val") if isinstance(arg, torch.fx.Node) else None
             if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point:
                 continue
-            with graph.inserting_before(node):
-                cast = graph.call_function(torch.ops.aten._to_copy.default, (arg,),
-                                           {"dtype": result.dtype})
-            with _fake_mode_of(value):
-                cast.meta["val"] = value.to(result.dtype)
-            args[i] = cast
+            args[i] = _cast_before(graph, node, arg, result.dtype)
         node.args = tuple(args)
     graph.lint()
+
+
+def _cast_before(graph, node, arg, dtype):
+    """A new ``aten._to_copy`` of ``arg`` to ``dtype`` in ``graph`` ahead of ``node``, typed as
+    torch.export types its nodes (a fake ``val``)."""
+    with graph.inserting_before(node):
+        cast = graph.call_function(torch.ops.aten._to_copy.default, (arg,), {"dtype": dtype})
+    value = arg.meta["val"]
+    with _fake_mode_of(value):
+        cast.meta["val"] = value.to(dtype)
+    return cast
 
 
 def _fake_mode_of(value):
