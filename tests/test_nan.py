@@ -52,6 +52,39 @@ def test_max_of_two_variables_tests_the_other_for_nan():
     tvm.ir.assert_structural_equal(_lowered(before), after)
 
 
+def test_a_warp_shuffle_operand_is_shuffled_once_by_every_lane():
+    """The select names its operands up to three times inside ``||`` and ``?:``, which C
+    evaluates lazily: a shuffle there is made by some lanes only, and the GPU hangs (the flash
+    attention's running maximum did). The shuffle is bound once, before the select."""
+    @T.prim_func(private=True)
+    def before(m: T.Buffer((1,), "float32")):
+        m[0] = T.max(m[0], T.tvm_warp_shuffle_xor(T.uint32(0xFFFFFFFF), m[0], 1, 32, 32))
+
+    store = _lowered(before).body
+    let = store.value
+    assert isinstance(let, tirx.Let)
+    tvm.ir.assert_structural_equal(let.value, before.body.value.b)
+    shuffled, m = let.var, store.buffer
+    expected = tirx.Select(tirx.Or(m[0] < shuffled, tirx.isnan(shuffled)), shuffled, m[0])
+    tvm.ir.assert_structural_equal(let.body, expected)
+
+
+def test_the_attention_kernel_shuffles_once_per_exchange_in_cuda_source():
+    """The flash attention compiled for the H100 (here, no GPU needed): each of its running
+    maximum's shuffles stands once in the CUDA C, in a declaration every lane runs, none inside a
+    condition."""
+    from tvmfuse import api  # noqa: PLC0415
+    from tvmfuse.compiler import cuda_source  # noqa: PLC0415
+
+    compiled = api.compile_model(api.import_model("tiny-transformer"), api.get_target("cuda-sm90"),
+                                 api.BuildOptions(use_database=False, dtype="float16"))
+    source = cuda_source(compiled.executable)
+    assert "attention_kernel" in source
+    conditional = [line for line in source.splitlines()
+                   if "__shfl" in line and ("?" in line or "||" in line)]
+    assert conditional == []
+
+
 def test_integer_max_is_left_alone():
     @T.prim_func(private=True)
     def func(x: T.Buffer((16,), "int32"), y: T.Buffer((16,), "float32")):

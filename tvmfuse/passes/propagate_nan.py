@@ -14,6 +14,12 @@ Between two variables (max reductions, running maxima) an ``isnan`` test is adde
 condition: one more compare per element. CUDA's code generator has no vector of booleans, so on
 CUDA (``vectors=False``) a vectorized max or min (fp16x8 loads in the GEMM epilogues) is left as
 it is: such a kernel can still drop a NaN.
+
+The select names an operand up to three times, and C evaluates ``||`` and ``?:`` lazily, so an
+operand that is a warp shuffle (the attention kernels' running row maximum,
+``max(m, shfl_xor(m, 1))``) would be shuffled only by the lanes whose comparison went one way:
+a shuffle of the whole warp's mask that some lanes never reach hangs the GPU. Such an operand is
+bound once (``Let``: CUDA C declares it before the statement, where every lane computes it).
 """
 
 from __future__ import annotations
@@ -37,20 +43,50 @@ def PropagateNaN(vectors: bool = True) -> tvm.transform.Pass:  # noqa: N802 - a 
     def max_(node: tirx.Max) -> tirx.PrimExpr:
         if not rewrites(node):
             return node
-        keep, other = _operands(node)
-        return tirx.Select(_or_nan(keep < other, other), other, keep)
+        return _bound_once(node, lambda keep, other: tirx.Select(
+            _or_nan(keep < other, other), other, keep))
 
     def min_(node: tirx.Min) -> tirx.PrimExpr:
         if not rewrites(node):
             return node
-        keep, other = _operands(node)
-        return tirx.Select(_or_nan(other < keep, other), other, keep)
+        return _bound_once(node, lambda keep, other: tirx.Select(
+            _or_nan(other < keep, other), other, keep))
 
     @tvm.tirx.transform.prim_func_pass(opt_level=0, name="PropagateNaN")
     def propagate_nan(func: tirx.PrimFunc, _mod, _ctx) -> tirx.PrimFunc:
         return tvm_ffi.structural_map(func, [(tirx.Max, max_), (tirx.Min, min_)])
 
     return propagate_nan
+
+
+#: Calls every lane of a warp must make together (see the module docstring).
+_WARP_COLLECTIVES = ("tirx.tvm_warp_shuffle", "tirx.tvm_warp_shuffle_xor",
+                     "tirx.tvm_warp_shuffle_up", "tirx.tvm_warp_shuffle_down")
+
+
+def _bound_once(node, select) -> tirx.PrimExpr:
+    """``select(keep, other)`` over ``node``'s operands, each operand that holds a warp
+    collective bound to a variable first, so that it is evaluated once, by every lane."""
+    operands, bindings = [], []
+    for name, operand in zip(("nan_keep", "nan_other"), _operands(node)):
+        if _has_warp_collective(operand):
+            var = tirx.Var(name, operand.ty)
+            bindings.append((var, operand))
+            operand = var
+        operands.append(operand)
+    result = select(*operands)
+    for var, value in reversed(bindings):
+        result = tirx.Let(var, value, result)
+    return result
+
+
+def _has_warp_collective(expr) -> bool:
+    def call(node: tvm.ir.Call, visitor):
+        if getattr(node.op, "name", "") in _WARP_COLLECTIVES:
+            return tvm_ffi.VisitInterrupt()
+        return visitor.default_visit(node)
+
+    return tvm_ffi.structural_visit(expr, [(tvm.ir.Call, call)]) is not None
 
 
 def _operands(node) -> tuple[tirx.PrimExpr, tirx.PrimExpr]:
