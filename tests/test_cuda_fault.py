@@ -63,6 +63,32 @@ def test_the_failing_kernel_is_found_by_synchronous_launches(monkeypatch, tmp_pa
     assert len(calls) == 1
 
 
+def test_the_probe_names_the_call_whose_synchronisation_fails(build_tiny, capsys):
+    """The child's run, on the CPU: the device's synchronisation after the second kernel
+    fails as a faulted kernel's would, and the child names that kernel."""
+    _, folder = build_tiny("tiny-transformer")
+    deployed = api.load(folder)
+    kernels = []
+    deployed.vm.set_instrument(lambda _f, symbol, before, *_: kernels.append(symbol)
+                               if before and not symbol.startswith("vm.builtin.") else None)
+    inputs, _ = deployed.reference()
+    arrays = [tvm.runtime.tensor(a, deployed.device) for a in inputs]
+    deployed.vm["main"](*arrays)
+    assert len(kernels) >= 2
+
+    class Faulting:
+        syncs = 0
+
+        def sync(self):
+            self.syncs += 1
+            if self.syncs == 2:
+                raise RuntimeError(ASYNC)
+
+    with pytest.raises(Exception, match="misaligned address"):
+        cuda_fault.run_call_by_call(deployed.vm, Faulting(), arrays)
+    assert cuda_fault.kernel_named(capsys.readouterr().out) == kernels[1]
+
+
 class _FaultingVM:
     def __getitem__(self, name):
         def main(*args):

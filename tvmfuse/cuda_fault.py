@@ -5,8 +5,9 @@ A kernel's fault (a misaligned or illegal address) is reported asynchronously, b
 CUDA call comes next (a copy, a synchronisation), whose error names no kernel; and the fault
 leaves the process's CUDA context unusable, so nothing can be run again in it to find the
 kernel. :func:`first_failing_kernel` therefore runs the library once more in a child process
-with ``CUDA_LAUNCH_BLOCKING=1``: each launch then waits for its kernel, the launch that faults
-returns the error itself, and TVM's launch error names the kernel (``// func_name=...``).
+with ``CUDA_LAUNCH_BLOCKING=1``, synchronising after every call of ``main`` (a VM instrument),
+so the call whose synchronisation fails is the kernel that faulted; the child prints it as TVM's
+launch error does (``// func_name=...``), which names it only where the launch itself fails.
 
 ``python -m tvmfuse.cuda_fault LIBRARY INPUTS.npz`` is that child: it runs ``main`` of the
 library on the GPU on the arrays of ``INPUTS.npz``, in order.
@@ -90,8 +91,28 @@ def _run_once(library: str, inputs: str) -> None:
     vm = relax.VirtualMachine(tvm.runtime.load_module(library), device)
     with np.load(inputs) as saved:
         args = [tvm.runtime.tensor(saved[f"arr_{i}"], device) for i in range(len(saved.files))]
-    vm["main"](*args)
-    device.sync()
+    run_call_by_call(vm, device, args)
+
+
+def run_call_by_call(vm, device, args) -> None:
+    """Run ``main`` synchronising ``device`` after each kernel it calls; when one fails, print
+    the call's name as ``// func_name=NAME`` (what :func:`kernel_named` reads) and raise."""
+    current = [None]
+
+    def instrument(_func, symbol, before, _ret, *_args) -> None:
+        if before:
+            current[0] = symbol
+        elif not symbol.startswith("vm.builtin."):
+            device.sync()
+
+    vm.set_instrument(instrument)
+    try:
+        vm["main"](*args)
+        device.sync()
+    except Exception:
+        if current[0] is not None:
+            print(f"// func_name={current[0]}", flush=True)
+        raise
 
 
 if __name__ == "__main__":
