@@ -150,12 +150,28 @@ def make_model(model_type: str):
     shrink(config)
     torch.manual_seed(SEED)
     model = AutoModel.from_config(config).eval()
+    _vary_constant_weights(model)
     names, tensors = make_inputs(model, config)
     module = FirstOutput.wrap(model, names)
     with torch.no_grad():  # a config or inputs the model refuses fail here, not in the export
         if module(*tensors) is None:
             raise ValueError(f"{type(model).__name__} returned no tensor")
     return module, names, tensors, type(config).__name__
+
+
+def _vary_constant_weights(model) -> None:
+    """Give each weight matrix that its initializer left constant (AFMoE's router, zeros) seeded
+    values of the scale transformers draws others at: a constant router scores every expert
+    alike, and which of the tied experts a top-k picks is the implementation's choice, so the
+    outputs of two correct implementations differ; a zero weight also hides a wrong op."""
+    import torch  # noqa: PLC0415
+
+    generator = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() >= 2 and param.is_floating_point() and param.numel() > 1 \
+                    and bool(param.min() == param.max()):
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
 
 
 def _text_config(config):
