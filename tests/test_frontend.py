@@ -312,6 +312,30 @@ def test_an_unsorted_topk_imports_as_a_sorted_one(tmp_path):
         assert max(c.rel_err for c in checks) < 1e-6
 
 
+@pytest.mark.parametrize("index", [
+    lambda x, a, b, c: x[:, :, a, b],  # ConvBERT's unfold: indexed axes adjacent, after slices
+    lambda x, a, b, c: x[:, a, :, b],  # apart: their dimensions lead
+    lambda x, a, b, c: x[:, :, a, c],
+    lambda x, a, b, c: x[a, :, b],
+], ids=["after-slices", "apart", "broadcast", "apart-from-zero"])
+def test_indexing_after_slices_places_dimensions_as_pytorch_does(tmp_path, index):
+    """``x[:, :, rows, cols]``: TVM's importer broadcast an ``arange`` for each slice against the
+    index tensors ("cannot broadcast index shapes ... 32 vs 9" for ConvBERT)."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    class Index(torch.nn.Module):
+        def forward(self, x):
+            a = torch.arange(9).reshape(9, 1, 1) % 4
+            b = torch.arange(8).reshape(1, 8, 1) % 3
+            return index(x, a, b, torch.tensor([[1, 0, 2]])) * 2.0
+
+    model = api.import_torch(Index(), (torch.randn(4, 5, 4, 3),))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert max(c.rel_err for c in checks) < 1e-6
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")
