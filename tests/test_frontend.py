@@ -336,6 +336,26 @@ def test_indexing_after_slices_places_dimensions_as_pytorch_does(tmp_path, index
     assert max(c.rel_err for c in checks) < 1e-6
 
 
+def test_fourier_transforms_import_as_dft_matrix_products(tmp_path):
+    """FNet mixes tokens with ``torch.fft.fftn(x).real``: complex tensors, which Relax has no
+    dtype for, and ``_fft_c2c``/``_fft_r2c``, which TVM's importer has no converter for. Forward,
+    inverse, normalized and one-sided transforms against PyTorch's."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    class Fourier(torch.nn.Module):
+        def forward(self, x):
+            return (torch.fft.fftn(x.to(torch.complex64), dim=(-2, -1)).real,
+                    torch.fft.fft(x, dim=1, norm="ortho").imag,
+                    torch.fft.ifft(torch.fft.fft(x, dim=-1), dim=-1, norm="forward").real,
+                    torch.view_as_real(torch.fft.rfft(x, dim=-1)))
+
+    model = api.import_torch(Fourier(), (torch.randn(2, 8, 12),))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert len(checks) == 4 and max(c.rel_err for c in checks) < 1e-5
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

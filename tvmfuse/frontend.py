@@ -36,6 +36,7 @@ from tvm.relax.frontend.onnx import from_onnx
 from tvm.relax.frontend.torch import from_exported_program
 
 from . import zoo
+from .converters import CONVERTERS
 from .errors import TvmfuseError, one_line
 from .passes import DecomposeClip, SimplifyBoundedShapes, WidenIntegerCumsum
 from .specs import (
@@ -470,52 +471,6 @@ def _from_exported(source, kind, program, specs, examples, reference, module,
         source, kind, mod, tuple(specs), _output_specs(mod, specs), examples, reference, "pytorch",
         module, bounds=dict(bounds or {}),
     )
-
-
-def _reduction(op):
-    """A converter of a torch reduction ``(x, dim=[], keepdim=False)`` (an empty ``dim``: every
-    axis) to the Relax reduction ``op``."""
-
-    def convert(node, importer):
-        x = importer.env[node.args[0]]
-        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", ())
-        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
-        dim = [dim] if isinstance(dim, int) else list(dim)
-        return importer.block_builder.emit(op(x, dim or None, keepdims=keepdim))
-
-    return convert
-
-
-def _index(node, importer):
-    """``aten.index.Tensor`` (``x[idx...]``, a None for each ``:``) with PyTorch's placement of the
-    indexed dimensions: the index tensors broadcast together, and their dimensions stand where
-    the first indexed axis stood when the indexed axes are adjacent, else in front. TVM's
-    importer turns each None before an index into an ``arange`` that broadcasts against the
-    index tensors' first axis (ConvBERT's unfold, ``x[:, :, rows(9, 8, 1, 1), cols(1, 1)]``:
-    "cannot broadcast index shapes ... 32 vs 9"); here the indexed axes are moved to the front
-    (``permute_dims``), indexed together (``index_tensor``), and moved back."""
-    data = importer.env[node.args[0]]
-    indices = list(node.args[1])
-    indexed = [axis for axis, index in enumerate(indices) if index is not None]
-    if len(indexed) < 2 or indexed == list(range(len(indexed))):
-        return importer._index_tensor(node)  # noqa: SLF001 - TVM's own is right for these
-    bb, ndim = importer.block_builder, len(data.ty.shape)
-    rest = [axis for axis in range(ndim) if axis not in indexed]
-    moved = bb.emit(relax.op.permute_dims(data, indexed + rest))
-    result = bb.emit(relax.op.index_tensor(moved, [importer.env[indices[a]] for a in indexed]))
-    if indexed != list(range(indexed[0], indexed[-1] + 1)):
-        return result  # indexed axes apart: their dimensions lead, as PyTorch puts them
-    broadcast = len(result.ty.shape) - len(rest)
-    before = indexed[0]  # the axes left of the first indexed one stay in front of its dimensions
-    order = [broadcast + i for i in range(before)] + list(range(broadcast)) \
-        + [broadcast + i for i in range(before, len(rest))]
-    return bb.emit(relax.op.permute_dims(result, order))
-
-
-#: Converters of the ATen ops TVM's importer has none for, or converts wrongly (torch op name ->
-#: converter).
-CONVERTERS = {"amax.default": _reduction(relax.op.max), "amin.default": _reduction(relax.op.min),
-              "index.Tensor": _index}
 
 
 def _drop_empty_concat_inputs(program) -> None:

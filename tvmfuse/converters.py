@@ -1,0 +1,157 @@
+"""Converters of ATen ops for TVM's torch.export importer (its ``custom_convert_map``): ops it
+has no converter for, and ops it converts wrongly. Each takes the FX node and the importer and
+returns the Relax value (or, for complex tensors, a :class:`Complex` pair the converters of the
+complex ops pass between them: Relax has no complex dtype)."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from tvm import relax
+
+
+def _reduction(op):
+    """A converter of a torch reduction ``(x, dim=[], keepdim=False)`` (an empty ``dim``: every
+    axis) to the Relax reduction ``op``."""
+
+    def convert(node, importer):
+        x = importer.env[node.args[0]]
+        dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", ())
+        keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        dim = [dim] if isinstance(dim, int) else list(dim)
+        return importer.block_builder.emit(op(x, dim or None, keepdims=keepdim))
+
+    return convert
+
+
+def _index(node, importer):
+    """``aten.index.Tensor`` (``x[idx...]``, a None for each ``:``) with PyTorch's placement of the
+    indexed dimensions: the index tensors broadcast together, and their dimensions stand where
+    the first indexed axis stood when the indexed axes are adjacent, else in front. TVM's
+    importer turns each None before an index into an ``arange`` that broadcasts against the
+    index tensors' first axis (ConvBERT's unfold, ``x[:, :, rows(9, 8, 1, 1), cols(1, 1)]``:
+    "cannot broadcast index shapes ... 32 vs 9"); here the indexed axes are moved to the front
+    (``permute_dims``), indexed together (``index_tensor``), and moved back."""
+    data = importer.env[node.args[0]]
+    indices = list(node.args[1])
+    indexed = [axis for axis, index in enumerate(indices) if index is not None]
+    if len(indexed) < 2 or indexed == list(range(len(indexed))):
+        return importer._index_tensor(node)  # noqa: SLF001 - TVM's own is right for these
+    bb, ndim = importer.block_builder, len(data.ty.shape)
+    rest = [axis for axis in range(ndim) if axis not in indexed]
+    moved = bb.emit(relax.op.permute_dims(data, indexed + rest))
+    result = bb.emit(relax.op.index_tensor(moved, [importer.env[indices[a]] for a in indexed]))
+    if indexed != list(range(indexed[0], indexed[-1] + 1)):
+        return result  # indexed axes apart: their dimensions lead, as PyTorch puts them
+    broadcast = len(result.ty.shape) - len(rest)
+    before = indexed[0]  # the axes left of the first indexed one stay in front of its dimensions
+    order = [broadcast + i for i in range(before)] + list(range(broadcast)) \
+        + [broadcast + i for i in range(before, len(rest))]
+    return bb.emit(relax.op.permute_dims(result, order))
+
+
+class Complex(NamedTuple):
+    """A complex tensor as its real and imaginary parts (``imag`` None: zero)."""
+
+    real: relax.Expr
+    imag: relax.Expr | None
+
+
+#: The real dtype of each complex one.
+_PARTS = {torch.complex64: "float32", torch.complex128: "float64"}
+
+
+def _to_copy(node, importer):
+    """``aten._to_copy``: a cast of a real tensor to a complex dtype (FNet's
+    ``torch.fft.fftn(x)``) becomes a :class:`Complex` with no imaginary part; the rest is the
+    importer's own."""
+    dtype = node.kwargs.get("dtype")
+    if dtype not in _PARTS:
+        return importer._to_copy(node)  # noqa: SLF001 - the importer's own conversion
+    x = importer.env[node.args[0]]
+    if isinstance(x, Complex):
+        return x
+    real = x if str(x.ty.dtype) == _PARTS[dtype] else importer.block_builder.emit(
+        relax.op.astype(x, _PARTS[dtype]))
+    return Complex(real, None)
+
+
+def _fft_c2c(node, importer):
+    """``aten._fft_c2c(z, dims, normalization, forward)`` as a discrete Fourier transform along
+    each dim in turn: a matrix product with the cosine and sine tables of that dim's length
+    (n^2 multiply-adds a row where an FFT takes n log n: for the sequence and hidden lengths of
+    the encoders that use it, a GEMM our schedules run well). ``normalization`` as ATen numbers
+    it: 0 none, 1 by 1/sqrt(n), 2 by 1/n."""
+    z = importer.env[node.args[0]]
+    if not isinstance(z, Complex):
+        raise TypeError("_fft_c2c of a tensor tvmfuse did not see made complex")
+    return _dft(importer.block_builder, z, node.args[1], node.args[2], node.args[3])
+
+
+def _fft_r2c(node, importer):
+    """``aten._fft_r2c(x, dims, normalization, onesided)``: the forward transform of a real
+    tensor; ``onesided`` keeps the first n//2 + 1 entries of the last dim (the rest mirror
+    them)."""
+    x = importer.env[node.args[0]]
+    dims, normalization, onesided = node.args[1], node.args[2], node.args[3]
+    bb = importer.block_builder
+    real, imag = _dft(bb, Complex(x, None), dims, normalization, True)
+    if onesided:
+        last, keep = dims[-1], int(x.ty.shape[dims[-1]]) // 2 + 1
+        real, imag = (bb.emit(relax.op.strided_slice(part, [last], [0], [keep]))
+                      for part in (real, imag))
+    return Complex(real, imag)
+
+
+def _dft(bb, z: Complex, dims, normalization: int, forward: bool) -> Complex:
+    real, imag = z
+    rank, dtype = len(real.ty.shape), str(real.ty.dtype)
+    for dim in dims:
+        n = int(real.ty.shape[dim])
+        angle = 2 * np.pi * np.outer(np.arange(n), np.arange(n)) / n
+        scale = {0: 1.0, 1: 1 / math.sqrt(n), 2: 1 / n}[normalization]
+        cos = relax.const((np.cos(angle) * scale).astype(dtype))
+        sin = relax.const((np.sin(angle) * scale * (-1 if forward else 1)).astype(dtype))
+        # (re + i im)(cos + i sin) along ``dim``: re cos - im sin, re sin + im cos
+        along = _AlongAxis(bb, dim % rank, rank)
+        new_real, new_imag = along.matmul(real, cos), along.matmul(real, sin)
+        if imag is not None:
+            new_real = bb.emit(relax.op.subtract(new_real, along.matmul(imag, sin)))
+            new_imag = bb.emit(relax.op.add(new_imag, along.matmul(imag, cos)))
+        real, imag = new_real, new_imag
+    return Complex(real, imag)
+
+
+class _AlongAxis:
+    """``x @ table`` applied along one axis of a tensor (moved last and back)."""
+
+    def __init__(self, bb, axis: int, rank: int):
+        self.bb, self.axis, self.rank = bb, axis, rank
+        self.order = [a for a in range(rank) if a != axis] + [axis]
+
+    def matmul(self, x, table):
+        if self.axis == self.rank - 1:
+            return self.bb.emit(relax.op.matmul(x, table))
+        moved = self.bb.emit(relax.op.permute_dims(x, self.order))
+        product = self.bb.emit(relax.op.matmul(moved, table))
+        back = sorted(range(self.rank), key=self.order.__getitem__)
+        return self.bb.emit(relax.op.permute_dims(product, back))
+
+
+def _view_as_real(node, importer):
+    """``aten.view_as_real``: the parts stacked on a last axis of 2."""
+    z = importer.env[node.args[0]]
+    if not isinstance(z, Complex):
+        raise TypeError("view_as_real of a tensor tvmfuse did not see made complex")
+    bb = importer.block_builder
+    imag = z.imag if z.imag is not None else bb.emit(relax.op.zeros_like(z.real))
+    return bb.emit(relax.op.stack([z.real, imag], axis=-1))
+
+
+CONVERTERS = {"amax.default": _reduction(relax.op.max), "amin.default": _reduction(relax.op.min),
+              "index.Tensor": _index, "_to_copy.default": _to_copy,
+              "_fft_c2c.default": _fft_c2c, "_fft_r2c.default": _fft_r2c,
+              "view_as_real.default": _view_as_real}
