@@ -17,6 +17,7 @@ from tvmfuse.zoo import SUITE
 
 from conftest import HOST
 from cuda_alignment import misaligned
+from cuda_collectives import conditional_shuffles
 
 TARGET = api.get_target(HOST)
 #: Architectures without attention layers.
@@ -138,11 +139,14 @@ SEGFORMER = f"{__file__}:segformer_b0"
 
 def test_segformer_cuda_kernels_access_vectors_aligned():
     """Compiled for the H100 (here, no GPU needed): every vector load and store of the CUDA
-    source is at an index the shapes keep a multiple of its width."""
+    source is at an index the shapes keep a multiple of its width, and every warp shuffle is
+    made by all the lanes (one under a condition hung SegFormer's attention)."""
     model = api.import_model(SEGFORMER)
     compiled = api.compile_model(model, api.get_target("cuda-sm90"),
                                  api.BuildOptions(use_database=False, dtype="float16"))
-    assert misaligned(cuda_source(compiled.executable)) == []
+    source = cuda_source(compiled.executable)
+    assert misaligned(source) == []
+    assert conditional_shuffles(source) == []
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (run on the GPU host)")
