@@ -57,7 +57,12 @@ FFN = ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_
 SMALL = {**dict.fromkeys(LAYERS, 2), **dict.fromkeys(WIDTHS, 64), **dict.fromkeys(HEADS, 4),
          **dict.fromkeys(FFN, 128), "num_key_value_heads": 2, "head_dim": 16, "d_kv": 16,
          "vocab_size": 1000, "image_size": 64, "max_source_positions": 100,
-         "embedding_size": 64, "rotary_dim": 8}
+         "embedding_size": 64, "rotary_dim": 8,
+         # multi-head latent attention (DeepSeek-V2/V3): the rotary part of a head is head_dim
+         "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 16,
+         "kv_lora_rank": 32, "q_lora_rank": 64,
+         # DeepSeek's mixture of experts: 16 experts in its 8 groups, the first layer dense
+         "n_routed_experts": 16, "moe_intermediate_size": 128, "first_k_dense_replace": 1}
 #: Per-stage list attributes (stage depths, channel widths) and how they shrink.
 LIST_DEPTHS = ("depths", "num_blocks", "encoder_layers_per_stage")
 LIST_WIDTHS = ("hidden_sizes", "embed_dims", "dims", "channels", "widths")
@@ -122,6 +127,11 @@ def shrink(config, seen=None) -> None:
     for name, value in list(attrs.items()):  # token ids must stay inside the vocabulary
         if name.endswith("token_id") and isinstance(value, int) and vocab and value >= vocab:
             setattr(config, name, vocab - 1)
+    if "qk_head_dim" in attrs:  # multi-head latent attention: derived in __init__, and the
+        config.qk_head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim  # latent keys
+        config.num_key_value_heads = config.num_attention_heads  # expand to every head
+    if "num_experts_per_tok" in attrs and attrs["num_experts_per_tok"] is None:
+        config.num_experts_per_tok = 2  # DeepSeek-V2's default leaves its top-k unset
     if "use_cache" in attrs:
         config.use_cache = False
 

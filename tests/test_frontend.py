@@ -356,6 +356,26 @@ def test_fourier_transforms_import_as_dft_matrix_products(tmp_path):
     assert len(checks) == 4 and max(c.rel_err for c in checks) < 1e-5
 
 
+def test_a_rotary_embedding_in_complex_numbers_imports(tmp_path):
+    """DeepSeek-V2 rotates queries and keys as complex numbers: ``polar`` frequencies,
+    ``view_as_complex``, a complex product (and one by a real scalar), views of complex tensors,
+    ``view_as_real``."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    class Rotary(torch.nn.Module):
+        def forward(self, q, freqs):
+            cis = torch.polar(torch.ones_like(freqs), freqs) * 1.0
+            z = torch.view_as_complex(q.float().view(*q.shape[:-1], -1, 2))
+            return (torch.view_as_real(z * cis.unsqueeze(1)).flatten(3),
+                    torch.view_as_real(2.0 * z.transpose(1, 2)))
+
+    model = api.import_torch(Rotary(), (torch.randn(1, 4, 8, 16), torch.randn(1, 8, 8)))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert len(checks) == 2 and max(c.rel_err for c in checks) < 1e-6
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

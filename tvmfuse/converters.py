@@ -151,7 +151,96 @@ def _view_as_real(node, importer):
     return bb.emit(relax.op.stack([z.real, imag], axis=-1))
 
 
+def _view_as_complex(node, importer):
+    """``aten.view_as_complex``: a last axis of 2 as the real and imaginary parts."""
+    x = importer.env[node.args[0]]
+    bb = importer.block_builder
+    return Complex(*(bb.emit(relax.op.squeeze(relax.op.strided_slice(x, [-1], [i], [i + 1]),
+                                              [-1])) for i in (0, 1)))
+
+
+def _polar(node, importer):
+    """``aten.polar(abs, angle)``: ``abs * cos(angle) + i abs * sin(angle)`` (DeepSeek-V2's
+    rotary frequencies)."""
+    magnitude, angle = (importer.env[a] for a in node.args[:2])
+    bb = importer.block_builder
+    return Complex(bb.emit(relax.op.multiply(magnitude, relax.op.cos(angle))),
+                   bb.emit(relax.op.multiply(magnitude, relax.op.sin(angle))))
+
+
+def _default_converter(importer, name: str):
+    """The importer's own converter of ``name``, which CONVERTERS' entry replaced."""
+    defaults = importer.__dict__.get("_tvmfuse_defaults")
+    if defaults is None:
+        defaults = importer.__dict__["_tvmfuse_defaults"] = importer.create_convert_map()
+    return defaults[name]
+
+
+def _complex_args(node, importer) -> list:
+    return [arg for arg in node.args if hasattr(arg, "op")
+            and isinstance(importer.env.get(arg), Complex)]
+
+
+def _per_part(name: str):
+    """A converter of the op ``name`` that, given a complex tensor, applies the importer's own
+    conversion to its real and its imaginary part (a view, a reshape, a slice: what moves
+    elements without combining them)."""
+
+    def convert(node, importer):
+        original = _default_converter(importer, name)
+        complex_args = _complex_args(node, importer)
+        if not complex_args:
+            return original(node)
+        saved = {arg: importer.env[arg] for arg in complex_args}
+        parts = []
+        try:
+            for which in ("real", "imag"):
+                if which == "imag" and all(z.imag is None for z in saved.values()):
+                    parts.append(None)
+                    continue
+                for arg, z in saved.items():
+                    importer.env[arg] = getattr(z, which) if getattr(z, which) is not None \
+                        else importer.block_builder.emit(relax.op.zeros_like(z.real))
+                parts.append(original(node))
+        finally:
+            importer.env.update(saved)
+        return Complex(*parts)
+
+    return convert
+
+
+def _mul(node, importer):
+    """``aten.mul.Tensor``, complex where an operand is: ``(a + ib)(c + id) = (ac - bd) +
+    i(ad + bc)``; the importer's own otherwise."""
+    if not _complex_args(node, importer):
+        return _default_converter(importer, "mul.Tensor")(node)
+    bb = importer.block_builder
+
+    def parts(arg):
+        value = importer.env[arg] if hasattr(arg, "op") else relax.const(float(arg), "float32")
+        return value if isinstance(value, Complex) else Complex(value, None)
+
+    (a, b), (c, d) = parts(node.args[0]), parts(node.args[1])
+
+    def product(x, y):
+        return None if x is None or y is None else bb.emit(relax.op.multiply(x, y))
+
+    def combine(x, y, op):
+        return x if y is None else y if x is None and op is relax.op.add else \
+            bb.emit(relax.op.negative(y)) if x is None else bb.emit(op(x, y))
+
+    return Complex(combine(product(a, c), product(b, d), relax.op.subtract),
+                   combine(product(a, d), product(b, c), relax.op.add))
+
+
+#: The ops that move a complex tensor's elements without combining them (see _per_part).
+_STRUCTURAL = ("unsqueeze.default", "view.default", "reshape.default", "slice.Tensor",
+               "expand.default", "permute.default", "transpose.int", "clone.default",
+               "select.int", "squeeze.dim", "_assert_tensor_metadata.default")
+
 CONVERTERS = {"amax.default": _reduction(relax.op.max), "amin.default": _reduction(relax.op.min),
               "index.Tensor": _index, "_to_copy.default": _to_copy,
               "_fft_c2c.default": _fft_c2c, "_fft_r2c.default": _fft_r2c,
-              "view_as_real.default": _view_as_real}
+              "view_as_real.default": _view_as_real, "view_as_complex.default": _view_as_complex,
+              "polar.default": _polar, "mul.Tensor": _mul,
+              **{name: _per_part(name) for name in _STRUCTURAL}}
