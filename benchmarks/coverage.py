@@ -62,7 +62,12 @@ SMALL = {**dict.fromkeys(LAYERS, 2), **dict.fromkeys(WIDTHS, 64), **dict.fromkey
          "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 16,
          "kv_lora_rank": 32, "q_lora_rank": 64,
          # DeepSeek's mixture of experts: 16 experts in its 8 groups, the first layer dense
-         "n_routed_experts": 16, "moe_intermediate_size": 128, "first_k_dense_replace": 1}
+         "n_routed_experts": 16, "moe_intermediate_size": 128, "first_k_dense_replace": 1,
+         # Swin's windows: its last stage sees the small image's 16 x 16 patches as 2 x 2, and
+         # a window larger than a stage's resolution shrinks but its position bias does not
+         "window_size": 2,
+         # group norms over the shrunk widths (BiT's bottlenecks narrow to 8 channels)
+         "num_groups": 8}
 #: Per-stage list attributes (stage depths, channel widths) and how they shrink.
 LIST_DEPTHS = ("depths", "num_blocks", "encoder_layers_per_stage")
 LIST_WIDTHS = ("hidden_sizes", "embed_dims", "dims", "channels", "widths")
