@@ -376,6 +376,31 @@ def test_a_rotary_embedding_in_complex_numbers_imports(tmp_path):
     assert len(checks) == 2 and max(c.rel_err for c in checks) < 1e-6
 
 
+def test_an_onnx_constant_of_the_empty_shape_is_a_scalar(tmp_path):
+    """GIT's ``new_zeros(())`` exports as ConstantOfShape of an empty shape, a scalar, which
+    TVM's ONNX frontend refused ("the given tensor has ndim 1 while the target shape has ndim
+    0")."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    graph = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["shape"], ["c"],
+                          value=numpy_helper.from_array(np.array([2.5], "float32"))),
+         helper.make_node("Add", ["x", "c"], ["y"])],
+        "scalar", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        [numpy_helper.from_array(np.zeros(0, "int64"), "shape")])
+    path = tmp_path / "scalar.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = import_model(str(path))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert max(c.rel_err for c in checks) < 1e-6
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

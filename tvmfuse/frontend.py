@@ -642,6 +642,7 @@ def _import_onnx(path: Path, overrides, dynamic, batch) -> ImportedModel:
     # TVM's ONNX frontend prints the failing operator with its inputs' whole IR and warns about
     # every input it renames: one line of ours says what matters
     _sort_onnx_topk(model.graph)
+    _scalar_constants_of_shape(model.graph)
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), warnings.catch_warnings():
@@ -669,6 +670,23 @@ def _sort_onnx_topk(graph) -> None:
             for attribute in node.attribute:
                 if attribute.name == "sorted":
                     attribute.i = 1
+
+
+def _scalar_constants_of_shape(graph) -> None:
+    """A ConstantOfShape of the empty shape (a scalar: GIT's ``new_zeros(())``) made a
+    Constant: TVM's frontend broadcasts the value's one element to shape () and refuses ("the
+    given tensor has ndim 1 while the target shape has ndim 0")."""
+    import onnx  # noqa: PLC0415
+
+    empty = {i.name for i in graph.initializer if len(i.dims) == 1 and i.dims[0] == 0}
+    for index, node in enumerate(graph.node):
+        if node.op_type != "ConstantOfShape" or node.input[0] not in empty:
+            continue
+        value = next((onnx.numpy_helper.to_array(a.t) for a in node.attribute
+                      if a.name == "value"), np.zeros(1, "float32"))
+        graph.node[index].CopyFrom(onnx.helper.make_node(
+            "Constant", [], list(node.output), name=node.name,
+            value=onnx.numpy_helper.from_array(value.reshape(()))))
 
 
 def _onnxruntime_reference(path: Path) -> Reference | None:
