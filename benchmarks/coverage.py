@@ -258,6 +258,10 @@ def make_inputs(model, config) -> tuple[list[str], list]:
         inputs["input_features"] = torch.randn(1, bins, frames, generator=generator)
     if not inputs:
         raise ValueError(f"no inputs made for main input {main!r}")
+    if "noise" in params and "pixel_values" in inputs:  # ViT-MAE masks patches by this noise,
+        vision = _vision_config(config)  # drawn with torch.rand where it is not given
+        patches = (inputs["pixel_values"].shape[-1] // vision.patch_size) ** 2
+        inputs["noise"] = torch.rand(1, patches, generator=generator)
     if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = tokens()
     return list(inputs), list(inputs.values())
