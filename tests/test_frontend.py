@@ -401,6 +401,38 @@ def test_an_onnx_constant_of_the_empty_shape_is_a_scalar(tmp_path):
     assert max(c.rel_err for c in checks) < 1e-6
 
 
+@pytest.mark.parametrize("equation,shapes", [
+    ("bhlk,bhtk->bhlt", [(1, 2, 6, 4), (1, 2, 5, 4)]),  # CvT's attention scores
+    ("bhlt,bhtv->bhlv", [(1, 2, 6, 5), (1, 2, 5, 3)]),
+    ("bij,jk->bik", [(2, 3, 4), (4, 5)]),
+    ("abc,cd->dba", [(2, 3, 4), (4, 5)]),  # the product's axes permuted
+    ("ii->i", [(4, 4)]),  # a diagonal: not a product, TVM's einsum kernel
+])
+def test_an_onnx_einsum_that_is_a_matrix_product_is_a_matmul(tmp_path, equation, shapes):
+    """TVM's ONNX frontend made each Einsum one generic kernel no GEMM rule takes (CvT's took
+    LLVM minutes to compile); as matmuls, the GEMM rules schedule them."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    names = ["a", "b"][:len(shapes)]
+    graph = helper.make_graph(
+        [helper.make_node("Einsum", names, ["y"], equation=equation)], "einsum",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in zip(names, shapes)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    path = tmp_path / "einsum.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = import_model(str(path))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    kernels = " ".join(compiled.analysis.kernels)
+    assert ("einsum" in kernels) == (len(shapes) == 1) and ("matmul" in kernels) != \
+        (len(shapes) == 1)
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert max(c.rel_err for c in checks) < 1e-6
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

@@ -645,7 +645,8 @@ def _import_onnx(path: Path, overrides, dynamic, batch) -> ImportedModel:
     _scalar_constants_of_shape(model.graph)
     printed = io.StringIO()
     try:
-        with contextlib.redirect_stdout(printed), warnings.catch_warnings():
+        with contextlib.redirect_stdout(printed), warnings.catch_warnings(), \
+                _einsum_as_relax_op():
             warnings.simplefilter("ignore")
             mod = from_onnx(model, shape_dict=shape_dict,
                             dtype_dict={s.name: s.dtype for s in specs})
@@ -670,6 +671,25 @@ def _sort_onnx_topk(graph) -> None:
             for attribute in node.attribute:
                 if attribute.name == "sorted":
                     attribute.i = 1
+
+
+@contextlib.contextmanager
+def _einsum_as_relax_op():
+    """TVM's ONNX frontend imports Einsum as ``relax.einsum`` instead of that op's TE
+    legalization (a generic compute no schedule rule takes), so that
+    :class:`tvmfuse.passes.EinsumAsMatmul` sees the einsums that are matrix products; the
+    others are legalized as before."""
+    from tvm.relax.frontend.onnx import onnx_frontend  # noqa: PLC0415
+
+    converter = onnx_frontend.Einsum
+    original = converter.__dict__["_impl_v12"]
+    converter._impl_v12 = classmethod(  # noqa: SLF001 - TVM's converter, for this import only
+        lambda cls, bb, inputs, attr, params: relax.op.einsum(
+            list(inputs), attr["equation"].decode("utf-8")))
+    try:
+        yield
+    finally:
+        converter._impl_v12 = original  # noqa: SLF001
 
 
 def _scalar_constants_of_shape(graph) -> None:

@@ -22,6 +22,7 @@ from .passes import (
     ApplyDatabase,
     Conv1DAsConv2D,
     DecomposeClip,
+    EinsumAsMatmul,
     ExpandIntegerPower,
     FoldBatchNorm,
     FoldConstantCasts,
@@ -134,6 +135,7 @@ def _phases(plan: _Plan) -> list[Phase]:
         #    in those layouts, summed 1x1 convs as one conv and layout no-ops folded away.
         Phase("fold", tvm.transform.Sequential([
             FoldCreationOps(),  # aranges and fills: what is computed from them folds in float32
+            EinsumAsMatmul(),  # ONNX's Einsum (CvT's attention): matmuls the GEMM rules take
             TransposedConvAsConv(),  # decoders' upsampling: convs over a zero-dilated input
             FoldConstantsInNumPy(),  # what NumPy computes, without compiling a kernel for it
             relax.transform.FoldConstant(),

@@ -4,6 +4,7 @@ from .apply_database import ApplyDatabase
 from .apply_schedule_rules import ApplyScheduleRules
 from .conv1d_as_conv2d import Conv1DAsConv2D
 from .decompose_clip import DecomposeClip
+from .einsum_as_matmul import EinsumAsMatmul
 from .expand_integer_power import ExpandIntegerPower
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
@@ -38,12 +39,12 @@ from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
 __all__ = ["ApplyDatabase", "ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip",
-           "ExpandIntegerPower", "FoldBatchNorm", "FoldConstantCasts", "FoldConstantsInNumPy",
-           "FoldCreationOps", "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape",
-           "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective",
-           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
-           "NormalizeNegativeAxes", "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul",
-           "PrepackWeights", "QuantizeInt8", "SimplifyBoundedShapes", "SpaceToDepthConv",
-           "StackAsConcat", "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms",
-           "VerifyFusion", "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum",
-           "WinogradConv2D"]
+           "EinsumAsMatmul", "ExpandIntegerPower", "FoldBatchNorm", "FoldConstantCasts",
+           "FoldConstantsInNumPy", "FoldCreationOps", "FoldGeluTanh", "FoldLayoutGlue",
+           "FoldMatmulReshape", "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce",
+           "MarkGathersInjective", "MarkWeightsLayoutFree", "MergeParallelMatmul",
+           "MergeSummedConv", "NarrowToBFloat16", "NormalizeNegativeAxes", "ObserveQuantized",
+           "PadConvChannels", "PointConvAsMatmul", "PrepackWeights", "QuantizeInt8",
+           "SimplifyBoundedShapes", "SpaceToDepthConv", "StackAsConcat", "StoreNarrowed",
+           "TransposedConvAsConv", "UseWgmmaGemms", "VerifyFusion", "WidenElementwise",
+           "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
