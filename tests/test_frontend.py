@@ -433,6 +433,29 @@ def test_an_onnx_einsum_that_is_a_matrix_product_is_a_matmul(tmp_path, equation,
     assert max(c.rel_err for c in checks) < 1e-6
 
 
+def test_division_with_a_rounding_mode_computes_in_pytorchs_dtype(tmp_path):
+    """``torch.div(t, n, rounding_mode=...)`` by a Python number: TVM's importer made ``n`` an
+    int32 or float32 constant whatever ``t``'s dtype (Llama 4's int64 positions floor-divided
+    by 8192, Mask2Former's float32 sizes by 2: "Binary operators must have the same
+    datatype")."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    class Divide(torch.nn.Module):
+        def forward(self, pos, x):
+            return (torch.div(pos, 3, rounding_mode="floor"),
+                    torch.div(-pos, 4, rounding_mode="trunc"),
+                    torch.div(-pos, 4, rounding_mode="floor"),
+                    torch.div(x, 2, rounding_mode="floor"), torch.div(x, 2, rounding_mode="trunc"),
+                    torch.div(x, pos.float(), rounding_mode="floor"))
+
+    model = api.import_torch(Divide(), (torch.arange(1, 11).reshape(1, 10),
+                                        torch.randn(1, 10) * 10))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert len(checks) == 6 and max(c.rel_err for c in checks) < 1e-6
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

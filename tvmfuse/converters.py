@@ -53,6 +53,29 @@ def _index(node, importer):
     return bb.emit(relax.op.permute_dims(result, order))
 
 
+def _div_mode(node, importer):
+    """``aten.div.Tensor_mode(a, b, rounding_mode)`` in the dtype PyTorch computes it in: TVM's
+    importer makes a Python number operand an int32 or float32 constant whatever the tensor's
+    dtype ("Binary operators must have the same datatype": Llama 4's int64 positions floor-
+    divided by 8192, Mask2Former's float32 sizes by 2)."""
+    dtype = str(node.meta["val"].dtype).removeprefix("torch.")
+    bb = importer.block_builder
+
+    def operand(arg):
+        if not hasattr(arg, "op"):
+            return relax.const(arg, dtype)
+        value = importer.env[arg]
+        return value if str(value.ty.dtype) == dtype else bb.emit(relax.op.astype(value, dtype))
+
+    a, b = operand(node.args[0]), operand(node.args[1])
+    mode = node.args[2] if len(node.args) > 2 else node.kwargs.get("rounding_mode")
+    if mode == "floor":
+        return bb.emit(relax.op.floor_divide(a, b))
+    quotient = bb.emit(relax.op.divide(a, b))  # an integer divide truncates already
+    return bb.emit(relax.op.trunc(quotient)) if mode == "trunc" and "float" in dtype \
+        else quotient
+
+
 class Complex(NamedTuple):
     """A complex tensor as its real and imaginary parts (``imag`` None: zero)."""
 
@@ -239,7 +262,8 @@ _STRUCTURAL = ("unsqueeze.default", "view.default", "reshape.default", "slice.Te
                "select.int", "squeeze.dim", "_assert_tensor_metadata.default")
 
 CONVERTERS = {"amax.default": _reduction(relax.op.max), "amin.default": _reduction(relax.op.min),
-              "index.Tensor": _index, "_to_copy.default": _to_copy,
+              "index.Tensor": _index, "div.Tensor_mode": _div_mode,
+              "_to_copy.default": _to_copy,
               "_fft_c2c.default": _fft_c2c, "_fft_r2c.default": _fft_r2c,
               "view_as_real.default": _view_as_real, "view_as_complex.default": _view_as_complex,
               "polar.default": _polar, "mul.Tensor": _mul,

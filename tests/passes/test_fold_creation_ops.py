@@ -52,6 +52,31 @@ def test_static_creations_become_constants():
         tvm.ir.assert_structural_equal(after[name].op, before[name].op)
 
 
+def test_creations_like_a_tensor_of_static_shape_become_constants(tmp_path):
+    """``full_like(x, -inf)`` (Llama 4's attention mask), ``zeros_like``, ``ones_like``: the
+    values depend on ``x``'s shape only. TVM's own legalization of a full_like of -inf failed
+    ("argument of type 'PrimType' is not iterable"); the model builds and matches PyTorch."""
+
+    class Masked(nn.Module):
+        def forward(self, x):
+            mask = torch.full_like(x, float("-inf")).triu(1)
+            return torch.softmax(x + mask, -1) + torch.zeros_like(x) * torch.ones_like(x)
+
+    model = api.import_torch(Masked(), (torch.randn(6, 6),))
+    names = {b.value.op.name for b in model.mod["main"].body.blocks[0].bindings
+             if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)}
+    assert "relax.full_like" in names  # torch.export writes zeros_like and ones_like so too
+    folded = FoldCreationOps()(model.mod)
+    assert not any(isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)
+                   and b.value.op.name.endswith("_like")
+                   for b in folded["main"].body.blocks[0].bindings)
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    deployed = api.load(api.build(compiled, tmp_path / "out"))
+    x = torch.randn(6, 6)
+    got = deployed.run([x.numpy()])[0]
+    assert relative_error(got, Masked()(x).numpy()) < 1e-6
+
+
 def test_symbolic_extents_and_computed_fills_are_left_alone():
     @I.ir_module
     class Module:

@@ -1,6 +1,8 @@
-"""FoldCreationOps: ``arange``, ``zeros``, ``ones`` and ``full`` of static arguments become
-constants, so that ``FoldConstant`` evaluates what is computed from them in float32, before the
-precision changes.
+"""FoldCreationOps: ``arange``, ``zeros``, ``ones`` and ``full`` of static arguments (and
+``zeros_like``, ``ones_like`` and ``full_like`` of tensors of static shape) become constants, so
+that ``FoldConstant`` evaluates what is computed from them in float32, before the precision
+changes. (TVM's own legalization of a ``full_like`` of -inf, Llama 4's attention mask, fails:
+it tests its dtype with ``in``, and the dtype is no longer a string.)
 
 Relax's ``FoldConstant`` evaluates a call only when its arguments are constants, and these ops'
 arguments are numbers and shapes: a chain that starts at one (a rotary table from
@@ -42,11 +44,11 @@ def _numbers(exprs) -> list | None:
 
 def _value(call: relax.Call) -> np.ndarray | None:
     """What ``call`` creates, or None when its arguments are not all static."""
-    name, dtype = call.op.name, str(call.attrs.dtype)
+    name, dtype = call.op.name.removesuffix("_like"), str(call.ty.dtype)
     if name == "relax.arange":
         bounds = _numbers(call.args)
         return None if bounds is None else np.arange(*bounds).astype(dtype)
-    shape = static_shape(call.args[0])
+    shape = static_shape(call.ty.shape)
     if shape is None:
         return None
     if name == "relax.full":
@@ -57,7 +59,8 @@ def _value(call: relax.Call) -> np.ndarray | None:
     return (np.zeros if name == "relax.zeros" else np.ones)(shape, dtype=dtype)
 
 
-_CREATIONS = ("relax.arange", "relax.zeros", "relax.ones", "relax.full")
+_CREATIONS = ("relax.arange", "relax.zeros", "relax.ones", "relax.full", "relax.zeros_like",
+              "relax.ones_like", "relax.full_like")
 
 
 @relax.expr_functor.mutator
@@ -72,4 +75,4 @@ class _Creations(relax.PyExprMutator):
         value = _value(call)
         if value is None or list(value.shape) != sizes:
             return call
-        return relax.const(value, str(call.attrs.dtype))
+        return relax.const(value, str(call.ty.dtype))
