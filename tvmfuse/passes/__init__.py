@@ -2,6 +2,7 @@
 
 from .apply_database import ApplyDatabase
 from .apply_schedule_rules import ApplyScheduleRules
+from .compare_booleans_as_integers import CompareBooleansAsIntegers
 from .conv1d_as_conv2d import Conv1DAsConv2D
 from .decompose_clip import DecomposeClip
 from .einsum_as_matmul import EinsumAsMatmul
@@ -38,13 +39,13 @@ from .widen_epilogues import WidenEpilogues
 from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
-__all__ = ["ApplyDatabase", "ApplyScheduleRules", "Conv1DAsConv2D", "DecomposeClip",
-           "EinsumAsMatmul", "ExpandIntegerPower", "FoldBatchNorm", "FoldConstantCasts",
-           "FoldConstantsInNumPy", "FoldCreationOps", "FoldGeluTanh", "FoldLayoutGlue",
-           "FoldMatmulReshape", "FoldPadIntoConv", "FuseAttention", "GlobalPoolToReduce",
-           "MarkGathersInjective", "MarkWeightsLayoutFree", "MergeParallelMatmul",
-           "MergeSummedConv", "NarrowToBFloat16", "NormalizeNegativeAxes", "ObserveQuantized",
-           "PadConvChannels", "PointConvAsMatmul", "PrepackWeights", "QuantizeInt8",
-           "SimplifyBoundedShapes", "SpaceToDepthConv", "StackAsConcat", "StoreNarrowed",
-           "TransposedConvAsConv", "UseWgmmaGemms", "VerifyFusion", "WidenElementwise",
-           "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
+__all__ = ["ApplyDatabase", "ApplyScheduleRules", "CompareBooleansAsIntegers", "Conv1DAsConv2D",
+           "DecomposeClip", "EinsumAsMatmul", "ExpandIntegerPower", "FoldBatchNorm",
+           "FoldConstantCasts", "FoldConstantsInNumPy", "FoldCreationOps", "FoldGeluTanh",
+           "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv", "FuseAttention",
+           "GlobalPoolToReduce", "MarkGathersInjective", "MarkWeightsLayoutFree",
+           "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16", "NormalizeNegativeAxes",
+           "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
+           "QuantizeInt8", "SimplifyBoundedShapes", "SpaceToDepthConv", "StackAsConcat",
+           "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms", "VerifyFusion",
+           "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
