@@ -456,6 +456,29 @@ def test_division_with_a_rounding_mode_computes_in_pytorchs_dtype(tmp_path):
     assert len(checks) == 6 and max(c.rel_err for c in checks) < 1e-6
 
 
+def test_grid_sample_reads_pytorchs_grid_layout(tmp_path):
+    """``F.grid_sample`` takes its grid as ``[N, H_out, W_out, 2]``, TVM's op as ``[N, 2, H_out,
+    W_out]``: imported as it was, the output had the wrong shape (Mask2Former's deformable
+    attention did not import). Bilinear, nearest, border and reflection padding."""
+    import torch.nn.functional as F
+
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    class Sample(torch.nn.Module):
+        def forward(self, x, grid):
+            return (F.grid_sample(x, grid, align_corners=False),
+                    F.grid_sample(x, grid, mode="nearest", padding_mode="border",
+                                  align_corners=True),
+                    F.grid_sample(x, grid, padding_mode="reflection", align_corners=False))
+
+    model = api.import_torch(Sample(), (torch.randn(2, 3, 5, 7),
+                                        torch.rand(2, 4, 6, 2) * 2.4 - 1.2))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert len(checks) == 3 and max(c.rel_err for c in checks) < 1e-5
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

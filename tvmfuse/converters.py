@@ -76,6 +76,21 @@ def _div_mode(node, importer):
         else quotient
 
 
+def _grid_sampler_2d(node, importer):
+    """``aten.grid_sampler_2d(data, grid, mode, padding, align_corners)`` with PyTorch's grid
+    ``[N, H_out, W_out, 2]`` moved to the ``[N, 2, H_out, W_out]`` TVM's ``grid_sample`` reads:
+    TVM's importer passed it as it was, and the output took ``W_out`` for its height and 2 for
+    its width (Mask2Former's deformable attention failed to import)."""
+    data, grid = importer.env[node.args[0]], importer.env[node.args[1]]
+    mode, padding, corners = (list(node.args[2:5]) + [0, 0, False][len(node.args) - 2:])[:3]
+    bb = importer.block_builder
+    grid = bb.emit(relax.op.permute_dims(grid, [0, 3, 1, 2]))
+    return bb.emit(relax.op.image.grid_sample(
+        data, grid, method={0: "bilinear", 1: "nearest", 2: "bicubic"}[mode], layout="NCHW",
+        padding_mode={0: "zeros", 1: "border", 2: "reflection"}[padding],
+        align_corners=bool(corners)))
+
+
 class Complex(NamedTuple):
     """A complex tensor as its real and imaginary parts (``imag`` None: zero)."""
 
@@ -263,6 +278,7 @@ _STRUCTURAL = ("unsqueeze.default", "view.default", "reshape.default", "slice.Te
 
 CONVERTERS = {"amax.default": _reduction(relax.op.max), "amin.default": _reduction(relax.op.min),
               "index.Tensor": _index, "div.Tensor_mode": _div_mode,
+              "grid_sampler_2d.default": _grid_sampler_2d,
               "_to_copy.default": _to_copy,
               "_fft_c2c.default": _fft_c2c, "_fft_r2c.default": _fft_r2c,
               "view_as_real.default": _view_as_real, "view_as_complex.default": _view_as_complex,
