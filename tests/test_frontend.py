@@ -479,6 +479,25 @@ def test_grid_sample_reads_pytorchs_grid_layout(tmp_path):
     assert len(checks) == 3 and max(c.rel_err for c in checks) < 1e-5
 
 
+def test_a_masked_assignment_of_one_value_is_a_select(tmp_path):
+    """``ids[mask] = 0`` (Granite Speech's audio tokens), a mask over all axes and over the
+    leading ones: TVM's importer took integer indices only."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    class Blank(torch.nn.Module):
+        def forward(self, ids, x):
+            ids, x = ids.clone(), x.clone()
+            ids[ids > 5] = 0
+            x[x[..., 0] > 0] = -1.0
+            return ids, x
+
+    model = api.import_torch(Blank(), (torch.randint(0, 10, (2, 8)), torch.randn(2, 8, 3)))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert len(checks) == 2 and max(c.rel_err for c in checks) == 0
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

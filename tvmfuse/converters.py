@@ -91,6 +91,29 @@ def _grid_sampler_2d(node, importer):
         align_corners=bool(corners)))
 
 
+def _index_put(name: str):
+    """``aten.index_put(x, [mask], value)`` with one boolean mask and one value (``x[mask] = 0``:
+    Granite Speech blanks its audio tokens so) as ``where(mask, value, x)``; TVM's importer
+    takes integer indices only ("IndexPut requires each index tensor to have integer dtype").
+    Other index_puts are the importer's own."""
+
+    def convert(node, importer):
+        indices, value = node.args[1], node.args[2]
+        accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
+        mask = indices[0] if len(indices) == 1 else None
+        if accumulate or mask is None or mask.meta["val"].dtype != torch.bool \
+                or not hasattr(value, "meta") or value.meta["val"].numel() != 1:
+            return _default_converter(importer, name)(node)
+        bb, x = importer.block_builder, importer.env[node.args[0]]
+        mask = importer.env[mask]
+        for _ in range(len(x.ty.shape) - len(mask.ty.shape)):  # a mask of the leading axes
+            mask = bb.emit(relax.op.expand_dims(mask, -1))
+        fill = bb.emit(relax.op.astype(relax.op.reshape(importer.env[value], []), x.ty.dtype))
+        return bb.emit(relax.op.where(mask, fill, x))
+
+    return convert
+
+
 class Complex(NamedTuple):
     """A complex tensor as its real and imaginary parts (``imag`` None: zero)."""
 
@@ -279,6 +302,8 @@ _STRUCTURAL = ("unsqueeze.default", "view.default", "reshape.default", "slice.Te
 CONVERTERS = {"amax.default": _reduction(relax.op.max), "amin.default": _reduction(relax.op.min),
               "index.Tensor": _index, "div.Tensor_mode": _div_mode,
               "grid_sampler_2d.default": _grid_sampler_2d,
+              "index_put.default": _index_put("index_put.default"),
+              "index_put_.default": _index_put("index_put_.default"),
               "_to_copy.default": _to_copy,
               "_fft_c2c.default": _fft_c2c, "_fft_r2c.default": _fft_r2c,
               "view_as_real.default": _view_as_real, "view_as_complex.default": _view_as_complex,
