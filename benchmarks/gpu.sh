@@ -4,6 +4,10 @@
 #   bash benchmarks/gpu.sh models       ResNet-50 and BERT-base fp16 at batch 1 and 32 against
 #                                       torch.compile + CUDA graphs (the GPU table's headline rows)
 #   bash benchmarks/gpu.sh gemm|conv|row-norm   one CUDA kernel family's table
+#   bash benchmarks/gpu.sh checks       the tests that need the GPU (fault naming, alignment,
+#                                       the mma GEMM's numbers, SegFormer run), then Wav2Vec2,
+#                                       SegFormer and BEiT fp16 builds with --verify; logs in $OUT
+#                                       (a hang: benchmarks/cuda_trace.py on the build names it)
 #   bash benchmarks/gpu.sh COMMAND...   any command, e.g. python3 -m tvmfuse bench vit --target
 #                                       cuda-sm90 --dtype fp16 --json $OUT/vit-fp16-b1.json
 # JSON goes to $OUT (default /tmp/gpu); copy it to benchmarks/results/<gpu>/ with the machine,
@@ -20,11 +24,30 @@ bench() {  # model dtype batch; a ResNet-50 build takes about two minutes on the
     timeout 290 python3 -m tvmfuse bench "$1" --target cuda-sm90 --dtype "$2" --batch "$3" \
         --no-db --engines "$ENGINES" --json "$OUT/$1-$2-b$3.json" 2>&1 | grep -v Warning | tail -9
 }
+check() {  # name seconds command...: one check, its log in $OUT, its last lines here
+    local name=$1 limit=$2 start; shift 2; start=$(date +%s)
+    timeout -k 5 "$limit" "$@" > "$OUT/$name.log" 2>&1
+    echo "== $name rc=$? $(( $(date +%s) - start )) s"
+    grep -E "passed|failed|FAILED|ERROR|build time|verified" "$OUT/$name.log" | tail -n 12
+}
 case "$1" in
+checks)
+    python3 -c "import xdist" 2>/dev/null || python3 -m pip install -q --no-index --no-deps \
+        --target /root/tvmsite /root/tvmparts/{pytest,pluggy,iniconfig,execnet,pytest_xdist}-*.whl
+    # four pytest workers of four TVM threads: TVM's pool spins, so more threads than cores
+    # (every worker taking all 16) slowed the run past its limit
+    TVM_NUM_THREADS=4 check pytest-gpu 300 python3 -m pytest -q -p no:cacheprovider -rf -n 4 \
+        tests/test_cuda_fault.py tests/test_cuda_alignment.py tests/schedules/test_cuda_matmul.py \
+        tests/schedules/test_cuda_wgmma.py::test_conv_over_a_long_row_lowers_in_int32 \
+        tests/test_suite.py::test_segformer_on_cuda_runs_and_verifies
+    for model in wav2vec2 segformer beit; do
+        check "build-$model" 150 python3 -m tvmfuse build "benchmarks/gpu_models.py:$model" \
+            --target cuda-sm90 --dtype fp16 --no-db --verify -o "/tmp/gpu-check-$model"
+    done ;;
 models) for b in 1 32; do bench resnet50 fp16 "$b"; bench bert-base fp16 "$b"; done ;;
 gemm) python3 benchmarks/cuda_gemm.py --no-dlight --json "$OUT/cuda-gemm.json" ;;
 conv) python3 benchmarks/cuda_conv.py --json "$OUT/cuda-conv.json" ;;
 row-norm) python3 benchmarks/cuda_row_norm.py --json "$OUT/cuda-row-norm.json" ;;
-"") echo "usage: gpu.sh models|gemm|conv|row-norm|COMMAND..." >&2; exit 2 ;;
+"") echo "usage: gpu.sh models|checks|gemm|conv|row-norm|COMMAND..." >&2; exit 2 ;;
 *) "$@" ;;
 esac
