@@ -498,6 +498,29 @@ def test_a_masked_assignment_of_one_value_is_a_select(tmp_path):
     assert len(checks) == 2 and max(c.rel_err for c in checks) == 0
 
 
+def test_an_onnx_unsqueeze_of_scalar_axes_imports(tmp_path):
+    """GLM-ASR's encoder gives Unsqueeze its axes as a scalar initializer (ONNX Runtime takes
+    it); TVM's frontend iterated them ("'int' object is not iterable")."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    graph = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
+         helper.make_node("Mul", ["u", "u"], ["y"])],
+        "unsqueeze", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 1])],
+        [numpy_helper.from_array(np.array(2, "int64"), "axes")])
+    path = tmp_path / "unsqueeze.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = import_model(str(path))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert max(c.rel_err for c in checks) < 1e-6
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

@@ -643,6 +643,7 @@ def _import_onnx(path: Path, overrides, dynamic, batch) -> ImportedModel:
     # every input it renames: one line of ours says what matters
     _sort_onnx_topk(model.graph)
     _scalar_constants_of_shape(model.graph)
+    _listed_unsqueeze_axes(model.graph)
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), warnings.catch_warnings(), \
@@ -707,6 +708,17 @@ def _scalar_constants_of_shape(graph) -> None:
         graph.node[index].CopyFrom(onnx.helper.make_node(
             "Constant", [], list(node.output), name=node.name,
             value=onnx.numpy_helper.from_array(value.reshape(()))))
+
+
+def _listed_unsqueeze_axes(graph) -> None:
+    """The axes of an Unsqueeze given as a scalar initializer (GLM-ASR's encoder; ONNX Runtime
+    takes it) made a list of one: TVM's frontend iterates them ("'int' object is not
+    iterable")."""
+    axes = {node.input[1] for node in graph.node
+            if node.op_type == "Unsqueeze" and len(node.input) > 1}
+    for initializer in graph.initializer:
+        if initializer.name in axes and len(initializer.dims) == 0:
+            initializer.dims.append(1)
 
 
 def _onnxruntime_reference(path: Path) -> Reference | None:
