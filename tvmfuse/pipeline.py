@@ -137,7 +137,7 @@ def _phases(plan: _Plan) -> list[Phase]:
         Phase("fold", tvm.transform.Sequential([
             FoldCreationOps(),  # aranges and fills: what is computed from them folds in float32
             EinsumAsMatmul(),  # ONNX's Einsum (CvT's attention): matmuls the GEMM rules take
-            CompareBooleansAsIntegers(),  # LLVM's code has no ordering of booleans
+            CompareBooleansAsIntegers(),  # LLVM code compares booleans as neither ints nor floats
             TransposedConvAsConv(),  # decoders' upsampling: convs over a zero-dilated input
             FoldConstantsInNumPy(),  # what NumPy computes, without compiling a kernel for it
             relax.transform.FoldConstant(),
