@@ -521,6 +521,36 @@ def test_an_onnx_unsqueeze_of_scalar_axes_imports(tmp_path):
     assert max(c.rel_err for c in checks) < 1e-6
 
 
+@pytest.mark.parametrize("opset,attributes,last", [
+    (20, {}, 1),  # FNet's: a real input, the axis an input
+    (20, {"inverse": 1}, 2),  # a complex input, inverse
+    (17, {"axis": 2, "onesided": 1}, 1),  # the axis an attribute, one-sided
+])
+def test_an_onnx_dft_imports_as_matrix_products(tmp_path, opset, attributes, last):
+    """TVM's ONNX frontend has no DFT (FNet's ONNX export); against ONNX Runtime."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    inputs, initializers = ["x", ""], []
+    if opset >= 20:
+        inputs.append("axis")
+        initializers.append(numpy_helper.from_array(np.array(-2, "int64"), "axis"))
+    graph = helper.make_graph(
+        [helper.make_node("DFT", inputs, ["y"], **attributes)], "dft",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 10, last])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)
+    path = tmp_path / "dft.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]),
+              str(path))
+    model = import_model(str(path))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert max(c.rel_err for c in checks) < 1e-5
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

@@ -644,6 +644,7 @@ def _import_onnx(path: Path, overrides, dynamic, batch) -> ImportedModel:
     _sort_onnx_topk(model.graph)
     _scalar_constants_of_shape(model.graph)
     _listed_unsqueeze_axes(model.graph)
+    _dft_as_matmuls(model)
     printed = io.StringIO()
     try:
         with contextlib.redirect_stdout(printed), warnings.catch_warnings(), \
@@ -719,6 +720,96 @@ def _listed_unsqueeze_axes(graph) -> None:
     for initializer in graph.initializer:
         if initializer.name in axes and len(initializer.dims) == 0:
             initializer.dims.append(1)
+
+
+def _dft_as_matmuls(model) -> None:
+    """Each ONNX DFT over an axis of static length (FNet's token mixing) as products with the
+    cosine and sine tables of that length, as tvmfuse's converters import PyTorch's FFTs; TVM's
+    frontend has no DFT. A DFT with a ``dft_length``, or whose input's shape is not known, is
+    left (TVM then names it)."""
+    import onnx  # noqa: PLC0415
+
+    if not any(node.op_type == "DFT" for node in model.graph.node):
+        return
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None
+                       for d in v.type.tensor_type.shape.dim]
+              for v in (*inferred.input, *inferred.value_info)}
+    shapes.update({i.name: list(i.dims) for i in model.graph.initializer})
+    constants = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    graph, nodes = model.graph, []
+    for index, node in enumerate(graph.node):
+        shape = shapes.get(node.input[0])
+        if node.op_type != "DFT" or shape is None or None in shape \
+                or len(node.input) > 1 and node.input[1]:
+            nodes.append(node)
+            continue
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        axis = attributes.get("axis", 1)
+        if len(node.input) > 2 and node.input[2]:
+            if node.input[2] not in constants:
+                nodes.append(node)
+                continue
+            axis = int(constants[node.input[2]])
+        axis %= len(shape)
+        nodes += _dft_nodes(graph, node, shape, axis, bool(attributes.get("inverse", 0)),
+                            bool(attributes.get("onesided", 0)), f"tvmfuse_dft{index}")
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def _dft_nodes(graph, node, shape, axis, inverse, onesided, name) -> list:
+    """The nodes of one DFT (see :func:`_dft_as_matmuls`): the input's real and imaginary parts
+    (a last axis of 1 or 2), the DFT axis swapped with that last axis, products with the tables,
+    swapped back, the parts concatenated."""
+    from onnx import helper, numpy_helper  # noqa: PLC0415
+
+    n, rank = shape[axis], len(shape)
+    angle = 2 * np.pi * np.outer(np.arange(n), np.arange(n)) / n
+    scale = 1 / n if inverse else 1.0
+    sign = 1.0 if inverse else -1.0  # e^(sign i angle)
+    graph.initializer.extend([
+        numpy_helper.from_array((np.cos(angle) * scale).astype("float32"), f"{name}_cos"),
+        numpy_helper.from_array((sign * np.sin(angle) * scale).astype("float32"), f"{name}_sin")])
+    swap = list(range(rank))
+    swap[axis], swap[-1] = swap[-1], swap[axis]
+    made = []
+
+    def op(kind, inputs, **attributes):
+        out = f"{name}_{len(made)}"
+        made.append(helper.make_node(kind, inputs, [out], name=out, **attributes))
+        return out
+
+    def part(i):  # [..., 1]: the real (0) or imaginary (1) part, its DFT axis last
+        sliced = op("Slice", [node.input[0], _const(graph, f"{name}_s{i}", [i]),
+                              _const(graph, f"{name}_e{i}", [i + 1]),
+                              _const(graph, f"{name}_axis", [-1])])
+        return op("Transpose", [sliced], perm=swap)
+
+    real = part(0)
+    imag = part(1) if shape[-1] == 2 else None
+    # (re + i im)(cos + i sin'), sin' = sign * sin: re cos - im sin', re sin' + im cos
+    new_real, new_imag = op("MatMul", [real, f"{name}_cos"]), op("MatMul", [real, f"{name}_sin"])
+    if imag is not None:
+        new_real = op("Sub", [new_real, op("MatMul", [imag, f"{name}_sin"])])
+        new_imag = op("Add", [new_imag, op("MatMul", [imag, f"{name}_cos"])])
+    parts = [op("Transpose", [p], perm=swap) for p in (new_real, new_imag)]
+    if onesided:
+        keep = _const(graph, f"{name}_keep", [n // 2 + 1])
+        parts = [op("Slice", [p, _const(graph, f"{name}_zero", [0]), keep,
+                              _const(graph, f"{name}_dft_axis", [axis])]) for p in parts]
+    made.append(helper.make_node("Concat", parts, list(node.output), name=f"{name}_out",
+                                 axis=-1))
+    return made
+
+
+def _const(graph, name: str, values) -> str:
+    """An int64 initializer ``name`` of ``values`` (once per name)."""
+    from onnx import numpy_helper  # noqa: PLC0415
+
+    if not any(i.name == name for i in graph.initializer):
+        graph.initializer.append(numpy_helper.from_array(np.array(values, "int64"), name))
+    return name
 
 
 def _onnxruntime_reference(path: Path) -> Reference | None:
