@@ -551,6 +551,26 @@ def test_an_onnx_dft_imports_as_matrix_products(tmp_path, opset, attributes, las
     assert max(c.rel_err for c in checks) < 1e-5
 
 
+def test_masked_scatter_places_the_source_in_mask_order(tmp_path):
+    """Higgs Audio places its audio embeddings among the text's with ``masked_scatter``, which
+    TVM's importer has no converter for: a mask over all axes, and one broadcast over the
+    last."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    class Scatter(torch.nn.Module):
+        def forward(self, x, ids, source):
+            audio = ids > 5
+            return (x.masked_scatter(audio.unsqueeze(-1), source),
+                    x.masked_scatter(x > 0, source))
+
+    model = api.import_torch(Scatter(), (torch.randn(2, 8, 3), torch.randint(0, 10, (2, 8)),
+                                         torch.randn(48, 3)))
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    assert len(checks) == 2 and max(c.rel_err for c in checks) == 0
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

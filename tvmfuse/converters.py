@@ -114,6 +114,25 @@ def _index_put(name: str):
     return convert
 
 
+def _masked_scatter(node, importer):
+    """``aten.masked_scatter(x, mask, source)``: the masked positions of ``x``, in row-major
+    order, take ``source``'s elements in order (Higgs Audio places its audio embeddings among
+    the text's so). The k-th masked position takes source element k, k the running count of
+    the mask: a cumsum and a gather, of static shape."""
+    bb = importer.block_builder
+    x, mask, source = (importer.env[a] for a in node.args[:3])
+    shape = [int(d) for d in x.ty.shape]
+    mask = bb.emit(relax.op.broadcast_to(mask, shape))
+    mask = bb.emit(relax.op.reshape(mask, [-1]))
+    count = bb.emit(relax.op.cumsum(bb.emit(relax.op.astype(mask, "int64")), axis=0,
+                                    dtype="int64"))
+    index = bb.emit(relax.op.maximum(bb.emit(relax.op.subtract(count, relax.const(1, "int64"))),
+                                     relax.const(0, "int64")))
+    taken = bb.emit(relax.op.take(bb.emit(relax.op.reshape(source, [-1])), index, axis=0))
+    flat = bb.emit(relax.op.where(mask, taken, bb.emit(relax.op.reshape(x, [-1]))))
+    return bb.emit(relax.op.reshape(flat, shape))
+
+
 class Complex(NamedTuple):
     """A complex tensor as its real and imaginary parts (``imag`` None: zero)."""
 
@@ -302,6 +321,7 @@ _STRUCTURAL = ("unsqueeze.default", "view.default", "reshape.default", "slice.Te
 CONVERTERS = {"amax.default": _reduction(relax.op.max), "amin.default": _reduction(relax.op.min),
               "index.Tensor": _index, "div.Tensor_mode": _div_mode,
               "grid_sampler_2d.default": _grid_sampler_2d,
+              "masked_scatter.default": _masked_scatter,
               "index_put.default": _index_put("index_put.default"),
               "index_put_.default": _index_put("index_put_.default"),
               "_to_copy.default": _to_copy,
