@@ -116,6 +116,31 @@ def _write_factory(tmp_path, body: str):
     return path
 
 
+def _compiled(model):
+    """``model`` compiled for this CPU (untuned rules' schedules and the default options)."""
+    from tvmfuse import api
+
+    return api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+
+
+def _verified(model, folder, compiled=None) -> list:
+    """``compiled`` (or ``model`` compiled) built into ``folder`` and verified against the
+    model's reference: the checks."""
+    from tvmfuse import api
+    from tvmfuse.verify import verify
+
+    return verify(api.load(api.build(compiled or _compiled(model), folder)), model)
+
+
+def _onnx_model(graph, path, opset: int = 17):
+    """The ONNX ``graph`` saved to ``path`` at ``opset`` and imported."""
+    import onnx
+    from onnx import helper
+
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    return import_model(str(path))
+
+
 def test_factory_from_file_with_example_inputs(tmp_path):
     path = _write_factory(tmp_path, """
         import torch
@@ -216,12 +241,9 @@ def test_gpt2_with_its_default_cache_imports_and_verifies(tmp_path):
         def make():
             return WithCache(), (torch.randint(0, 300, (1, 11)),)
     """)
-    from tvmfuse import api
-    from tvmfuse.verify import verify
 
     model = import_model(f"{path}:make")
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert len(checks) == 2 and max(c.rel_err for c in checks) < 1e-4
 
 
@@ -231,9 +253,7 @@ def test_a_mixture_of_experts_model_imports_and_verifies(tmp_path):
     the module is left as it was."""
     import transformers
 
-    from tvmfuse import api
     from tvmfuse.frontend import _import_torch
-    from tvmfuse.verify import verify
 
     config = transformers.MixtralConfig(hidden_size=64, intermediate_size=48, num_hidden_layers=1,
                                         num_attention_heads=4, num_key_value_heads=2,
@@ -246,8 +266,7 @@ def test_a_mixture_of_experts_model_imports_and_verifies(tmp_path):
                           (TensorSpec("input_ids", (1, 13), "int64"),), {}, ())
     assert module.get_experts_implementation() == {"": "grouped_mm"}
     assert "R.take" in model.mod["main"].script()  # each token's experts' weights, gathered
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert max(c.rel_err for c in checks) < 1e-4
 
 
@@ -255,7 +274,6 @@ def test_an_empty_tensor_in_a_concat_is_dropped(tmp_path):
     """DINOv3 concatenates zero register tokens, ``[1, 0, 64]``: kept, it became a constant of
     no elements that TVM's loader refused ("Invalid DLTensor file format")."""
     from tvmfuse import api
-    from tvmfuse.verify import verify
 
     class Tokens(torch.nn.Module):
         def __init__(self):
@@ -268,8 +286,7 @@ def test_an_empty_tensor_in_a_concat_is_dropped(tmp_path):
 
     model = api.import_torch(Tokens().eval(), (torch.randn(1, 5, 8),))
     assert "R.concat" in model.mod["main"].script() and "(1, 0, 8)" not in model.mod.script()
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert max(c.rel_err for c in checks) < 1e-6
 
 
@@ -277,15 +294,13 @@ def test_a_concat_of_mixed_dtypes_is_promoted_as_pytorch_does(tmp_path):
     """FLAVA concatenates float32 embeddings with int64 ones: PyTorch promotes, TVM's importer
     refused ("Concat expects all input tensors to have the same dtype")."""
     from tvmfuse import api
-    from tvmfuse.verify import verify
 
     class Mixed(torch.nn.Module):
         def forward(self, x, ids):
             return torch.cat([x, ids], dim=-1) * 0.5
 
     model = api.import_torch(Mixed(), (torch.randn(2, 5), torch.arange(6).reshape(2, 3)))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert max(c.rel_err for c in checks) < 1e-6
 
 
@@ -293,7 +308,6 @@ def test_an_unsorted_topk_imports_as_a_sorted_one(tmp_path):
     """A mixture-of-experts router's ``topk(..., sorted=False)`` (ERGO): TVM's importer takes
     only sorted ones; PyTorch leaves the unsorted order to the implementation."""
     from tvmfuse import api
-    from tvmfuse.verify import verify
 
     class Router(torch.nn.Module):
         def forward(self, x):
@@ -307,8 +321,7 @@ def test_an_unsorted_topk_imports_as_a_sorted_one(tmp_path):
     topk = [n for n in onnx.load(str(tmp_path / "router.onnx")).graph.node if n.op_type == "TopK"]
     assert [a.i for a in topk[0].attribute if a.name == "sorted"] == [0]
     for source in (api.import_torch(Router(), (x,)), import_model(str(tmp_path / "router.onnx"))):
-        compiled = api.compile_model(source, api.get_target(HOST), api.BuildOptions())
-        checks = verify(api.load(api.build(compiled, tmp_path / source.kind)), source)
+        checks = _verified(source, tmp_path / source.kind)
         assert max(c.rel_err for c in checks) < 1e-6
 
 
@@ -322,7 +335,6 @@ def test_indexing_after_slices_places_dimensions_as_pytorch_does(tmp_path, index
     """``x[:, :, rows, cols]``: TVM's importer broadcast an ``arange`` for each slice against the
     index tensors ("cannot broadcast index shapes ... 32 vs 9" for ConvBERT)."""
     from tvmfuse import api
-    from tvmfuse.verify import verify
 
     class Index(torch.nn.Module):
         def forward(self, x):
@@ -331,8 +343,7 @@ def test_indexing_after_slices_places_dimensions_as_pytorch_does(tmp_path, index
             return index(x, a, b, torch.tensor([[1, 0, 2]])) * 2.0
 
     model = api.import_torch(Index(), (torch.randn(4, 5, 4, 3),))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert max(c.rel_err for c in checks) < 1e-6
 
 
@@ -341,7 +352,6 @@ def test_fourier_transforms_import_as_dft_matrix_products(tmp_path):
     dtype for, and ``_fft_c2c``/``_fft_r2c``, which TVM's importer has no converter for. Forward,
     inverse, normalized and one-sided transforms against PyTorch's."""
     from tvmfuse import api
-    from tvmfuse.verify import verify
 
     class Fourier(torch.nn.Module):
         def forward(self, x):
@@ -351,8 +361,7 @@ def test_fourier_transforms_import_as_dft_matrix_products(tmp_path):
                     torch.view_as_real(torch.fft.rfft(x, dim=-1)))
 
     model = api.import_torch(Fourier(), (torch.randn(2, 8, 12),))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert len(checks) == 4 and max(c.rel_err for c in checks) < 1e-5
 
 
@@ -361,7 +370,6 @@ def test_a_rotary_embedding_in_complex_numbers_imports(tmp_path):
     ``view_as_complex``, a complex product (and one by a real scalar), views of complex tensors,
     ``view_as_real``."""
     from tvmfuse import api
-    from tvmfuse.verify import verify
 
     class Rotary(torch.nn.Module):
         def forward(self, q, freqs):
@@ -371,8 +379,7 @@ def test_a_rotary_embedding_in_complex_numbers_imports(tmp_path):
                     torch.view_as_real(2.0 * z.transpose(1, 2)))
 
     model = api.import_torch(Rotary(), (torch.randn(1, 4, 8, 16), torch.randn(1, 8, 8)))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert len(checks) == 2 and max(c.rel_err for c in checks) < 1e-6
 
 
@@ -380,11 +387,9 @@ def test_an_onnx_constant_of_the_empty_shape_is_a_scalar(tmp_path):
     """GIT's ``new_zeros(())`` exports as ConstantOfShape of an empty shape, a scalar, which
     TVM's ONNX frontend refused ("the given tensor has ndim 1 while the target shape has ndim
     0")."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    from tvmfuse import api
-    from tvmfuse.verify import verify
 
     graph = helper.make_graph(
         [helper.make_node("ConstantOfShape", ["shape"], ["c"],
@@ -393,11 +398,8 @@ def test_an_onnx_constant_of_the_empty_shape_is_a_scalar(tmp_path):
         "scalar", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
         [numpy_helper.from_array(np.zeros(0, "int64"), "shape")])
-    path = tmp_path / "scalar.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    model = import_model(str(path))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    model = _onnx_model(graph, tmp_path / "scalar.onnx")
+    checks = _verified(model, tmp_path / "out")
     assert max(c.rel_err for c in checks) < 1e-6
 
 
@@ -411,25 +413,21 @@ def test_an_onnx_constant_of_the_empty_shape_is_a_scalar(tmp_path):
 def test_an_onnx_einsum_that_is_a_matrix_product_is_a_matmul(tmp_path, equation, shapes):
     """TVM's ONNX frontend made each Einsum one generic kernel no GEMM rule takes (CvT's took
     LLVM minutes to compile); as matmuls, the GEMM rules schedule them."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper
 
-    from tvmfuse import api
-    from tvmfuse.verify import verify
 
     names = ["a", "b"][:len(shapes)]
     graph = helper.make_graph(
         [helper.make_node("Einsum", names, ["y"], equation=equation)], "einsum",
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in zip(names, shapes)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
-    path = tmp_path / "einsum.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    model = import_model(str(path))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
+    model = _onnx_model(graph, tmp_path / "einsum.onnx")
+    compiled = _compiled(model)
     kernels = " ".join(compiled.analysis.kernels)
     assert ("einsum" in kernels) == (len(shapes) == 1) and ("matmul" in kernels) != \
         (len(shapes) == 1)
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out", compiled)
     assert max(c.rel_err for c in checks) < 1e-6
 
 
@@ -439,7 +437,6 @@ def test_division_with_a_rounding_mode_computes_in_pytorchs_dtype(tmp_path):
     by 8192, Mask2Former's float32 sizes by 2: "Binary operators must have the same
     datatype")."""
     from tvmfuse import api
-    from tvmfuse.verify import verify
 
     class Divide(torch.nn.Module):
         def forward(self, pos, x):
@@ -451,8 +448,7 @@ def test_division_with_a_rounding_mode_computes_in_pytorchs_dtype(tmp_path):
 
     model = api.import_torch(Divide(), (torch.arange(1, 11).reshape(1, 10),
                                         torch.randn(1, 10) * 10))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert len(checks) == 6 and max(c.rel_err for c in checks) < 1e-6
 
 
@@ -463,7 +459,6 @@ def test_grid_sample_reads_pytorchs_grid_layout(tmp_path):
     import torch.nn.functional as F
 
     from tvmfuse import api
-    from tvmfuse.verify import verify
 
     class Sample(torch.nn.Module):
         def forward(self, x, grid):
@@ -474,8 +469,7 @@ def test_grid_sample_reads_pytorchs_grid_layout(tmp_path):
 
     model = api.import_torch(Sample(), (torch.randn(2, 3, 5, 7),
                                         torch.rand(2, 4, 6, 2) * 2.4 - 1.2))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert len(checks) == 3 and max(c.rel_err for c in checks) < 1e-5
 
 
@@ -483,7 +477,6 @@ def test_a_masked_assignment_of_one_value_is_a_select(tmp_path):
     """``ids[mask] = 0`` (Granite Speech's audio tokens), a mask over all axes and over the
     leading ones: TVM's importer took integer indices only."""
     from tvmfuse import api
-    from tvmfuse.verify import verify
 
     class Blank(torch.nn.Module):
         def forward(self, ids, x):
@@ -493,19 +486,16 @@ def test_a_masked_assignment_of_one_value_is_a_select(tmp_path):
             return ids, x
 
     model = api.import_torch(Blank(), (torch.randint(0, 10, (2, 8)), torch.randn(2, 8, 3)))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert len(checks) == 2 and max(c.rel_err for c in checks) == 0
 
 
 def test_an_onnx_unsqueeze_of_scalar_axes_imports(tmp_path):
     """GLM-ASR's encoder gives Unsqueeze its axes as a scalar initializer (ONNX Runtime takes
     it); TVM's frontend iterated them ("'int' object is not iterable")."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    from tvmfuse import api
-    from tvmfuse.verify import verify
 
     graph = helper.make_graph(
         [helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
@@ -513,11 +503,8 @@ def test_an_onnx_unsqueeze_of_scalar_axes_imports(tmp_path):
         "unsqueeze", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 1])],
         [numpy_helper.from_array(np.array(2, "int64"), "axes")])
-    path = tmp_path / "unsqueeze.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    model = import_model(str(path))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    model = _onnx_model(graph, tmp_path / "unsqueeze.onnx")
+    checks = _verified(model, tmp_path / "out")
     assert max(c.rel_err for c in checks) < 1e-6
 
 
@@ -528,11 +515,9 @@ def test_an_onnx_unsqueeze_of_scalar_axes_imports(tmp_path):
 ])
 def test_an_onnx_dft_imports_as_matrix_products(tmp_path, opset, attributes, last):
     """TVM's ONNX frontend has no DFT (FNet's ONNX export); against ONNX Runtime."""
-    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
-    from tvmfuse import api
-    from tvmfuse.verify import verify
 
     inputs, initializers = ["x", ""], []
     if opset >= 20:
@@ -542,12 +527,8 @@ def test_an_onnx_dft_imports_as_matrix_products(tmp_path, opset, attributes, las
         [helper.make_node("DFT", inputs, ["y"], **attributes)], "dft",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 10, last])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)
-    path = tmp_path / "dft.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]),
-              str(path))
-    model = import_model(str(path))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    model = _onnx_model(graph, tmp_path / "dft.onnx", opset)
+    checks = _verified(model, tmp_path / "out")
     assert max(c.rel_err for c in checks) < 1e-5
 
 
@@ -556,7 +537,6 @@ def test_masked_scatter_places_the_source_in_mask_order(tmp_path):
     TVM's importer has no converter for: a mask over all axes, and one broadcast over the
     last."""
     from tvmfuse import api
-    from tvmfuse.verify import verify
 
     class Scatter(torch.nn.Module):
         def forward(self, x, ids, source):
@@ -566,8 +546,7 @@ def test_masked_scatter_places_the_source_in_mask_order(tmp_path):
 
     model = api.import_torch(Scatter(), (torch.randn(2, 8, 3), torch.randint(0, 10, (2, 8)),
                                          torch.randn(48, 3)))
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert len(checks) == 2 and max(c.rel_err for c in checks) == 0
 
 
@@ -614,8 +593,6 @@ def test_flop_count_includes_cpu_attention():
 def test_float_math_on_integer_tensors_is_promoted_as_pytorch_does(tmp_path):
     """DeBERTa takes torch.log of int64 relative positions: PyTorch promotes the integers to
     float32, TVM's relax.log refuses them; the importer casts them first, and nothing else."""
-    from tvmfuse import api
-    from tvmfuse.verify import verify
 
     path = _write_factory(tmp_path, """
         import torch
@@ -635,8 +612,7 @@ def test_float_math_on_integer_tensors_is_promoted_as_pytorch_does(tmp_path):
             if c.op.name in ("relax.log", "relax.sqrt", "relax.exp", "relax.divide")]
     assert len(math) == 5  # log, sqrt, their quotient, distance / 3, exp
     assert all(str(arg.ty.dtype) == "float32" for c in math for arg in c.args)
-    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions())
-    checks = verify(api.load(api.build(compiled, tmp_path / "out")), model)
+    checks = _verified(model, tmp_path / "out")
     assert len(checks) == 2 and all(c.rel_err < 1e-6 for c in checks)
 
 

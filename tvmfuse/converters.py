@@ -39,7 +39,7 @@ def _index(node, importer):
     indices = list(node.args[1])
     indexed = [axis for axis, index in enumerate(indices) if index is not None]
     if len(indexed) < 2 or indexed == list(range(len(indexed))):
-        return importer._index_tensor(node)  # noqa: SLF001 - TVM's own is right for these
+        return _default_converter(importer, "index.Tensor")(node)  # right for these
     bb, ndim = importer.block_builder, len(data.ty.shape)
     rest = [axis for axis in range(ndim) if axis not in indexed]
     moved = bb.emit(relax.op.permute_dims(data, indexed + rest))
@@ -62,7 +62,7 @@ def _div_mode(node, importer):
     bb = importer.block_builder
 
     def operand(arg):
-        if not hasattr(arg, "op"):
+        if not isinstance(arg, torch.fx.Node):
             return relax.const(arg, dtype)
         value = importer.env[arg]
         return value if str(value.ty.dtype) == dtype else bb.emit(relax.op.astype(value, dtype))
@@ -102,7 +102,7 @@ def _index_put(name: str):
         accumulate = node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
         mask = indices[0] if len(indices) == 1 else None
         if accumulate or mask is None or mask.meta["val"].dtype != torch.bool \
-                or not hasattr(value, "meta") or value.meta["val"].numel() != 1:
+                or not isinstance(value, torch.fx.Node) or value.meta["val"].numel() != 1:
             return _default_converter(importer, name)(node)
         bb, x = importer.block_builder, importer.env[node.args[0]]
         mask = importer.env[mask]
@@ -150,7 +150,7 @@ def _to_copy(node, importer):
     importer's own."""
     dtype = node.kwargs.get("dtype")
     if dtype not in _PARTS:
-        return importer._to_copy(node)  # noqa: SLF001 - the importer's own conversion
+        return _default_converter(importer, "_to_copy.default")(node)
     x = importer.env[node.args[0]]
     if isinstance(x, Complex):
         return x
@@ -186,15 +186,21 @@ def _fft_r2c(node, importer):
     return Complex(real, imag)
 
 
+def dft_tables(n: int, scale: float, forward: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(cos, sin)``: the real and imaginary parts of the DFT matrix of length ``n``,
+    ``scale * e^(-+ 2 pi i j k / n)`` (minus: ``forward``), symmetric, so that ``x @ table``
+    transforms ``x``'s last axis. The ONNX DFT's rewrite (tvmfuse.frontend) shares them."""
+    angle = 2 * np.pi * np.outer(np.arange(n), np.arange(n)) / n
+    return np.cos(angle) * scale, np.sin(angle) * scale * (-1 if forward else 1)
+
+
 def _dft(bb, z: Complex, dims, normalization: int, forward: bool) -> Complex:
     real, imag = z
     rank, dtype = len(real.ty.shape), str(real.ty.dtype)
     for dim in dims:
         n = int(real.ty.shape[dim])
-        angle = 2 * np.pi * np.outer(np.arange(n), np.arange(n)) / n
         scale = {0: 1.0, 1: 1 / math.sqrt(n), 2: 1 / n}[normalization]
-        cos = relax.const((np.cos(angle) * scale).astype(dtype))
-        sin = relax.const((np.sin(angle) * scale * (-1 if forward else 1)).astype(dtype))
+        cos, sin = (relax.const(table.astype(dtype)) for table in dft_tables(n, scale, forward))
         # (re + i im)(cos + i sin) along ``dim``: re cos - im sin, re sin + im cos
         along = _AlongAxis(bb, dim % rank, rank)
         new_real, new_imag = along.matmul(real, cos), along.matmul(real, sin)
@@ -257,7 +263,7 @@ def _default_converter(importer, name: str):
 
 
 def _complex_args(node, importer) -> list:
-    return [arg for arg in node.args if hasattr(arg, "op")
+    return [arg for arg in node.args if isinstance(arg, torch.fx.Node)
             and isinstance(importer.env.get(arg), Complex)]
 
 
@@ -297,7 +303,8 @@ def _mul(node, importer):
     bb = importer.block_builder
 
     def parts(arg):
-        value = importer.env[arg] if hasattr(arg, "op") else relax.const(float(arg), "float32")
+        value = importer.env[arg] if isinstance(arg, torch.fx.Node) \
+            else relax.const(float(arg), "float32")
         return value if isinstance(value, Complex) else Complex(value, None)
 
     (a, b), (c, d) = parts(node.args[0]), parts(node.args[1])
@@ -305,9 +312,12 @@ def _mul(node, importer):
     def product(x, y):
         return None if x is None or y is None else bb.emit(relax.op.multiply(x, y))
 
-    def combine(x, y, op):
-        return x if y is None else y if x is None and op is relax.op.add else \
-            bb.emit(relax.op.negative(y)) if x is None else bb.emit(op(x, y))
+    def combine(x, y, op):  # op(x, y), a None operand being zero
+        if y is None:
+            return x
+        if x is None:
+            return y if op is relax.op.add else bb.emit(relax.op.negative(y))
+        return bb.emit(op(x, y))
 
     return Complex(combine(product(a, c), product(b, d), relax.op.subtract),
                    combine(product(a, d), product(b, c), relax.op.add))

@@ -36,7 +36,7 @@ from tvm.relax.frontend.onnx import from_onnx
 from tvm.relax.frontend.torch import from_exported_program
 
 from . import zoo
-from .converters import CONVERTERS
+from .converters import CONVERTERS, dft_tables
 from .errors import TvmfuseError, one_line
 from .passes import DecomposeClip, SimplifyBoundedShapes, WidenIntegerCumsum
 from .specs import (
@@ -765,12 +765,9 @@ def _dft_nodes(graph, node, shape, axis, inverse, onesided, name) -> list:
     from onnx import helper, numpy_helper  # noqa: PLC0415
 
     n, rank = shape[axis], len(shape)
-    angle = 2 * np.pi * np.outer(np.arange(n), np.arange(n)) / n
-    scale = 1 / n if inverse else 1.0
-    sign = 1.0 if inverse else -1.0  # e^(sign i angle)
-    graph.initializer.extend([
-        numpy_helper.from_array((np.cos(angle) * scale).astype("float32"), f"{name}_cos"),
-        numpy_helper.from_array((sign * np.sin(angle) * scale).astype("float32"), f"{name}_sin")])
+    cos, sin = dft_tables(n, 1 / n if inverse else 1.0, not inverse)
+    graph.initializer.extend([numpy_helper.from_array(cos.astype("float32"), f"{name}_cos"),
+                              numpy_helper.from_array(sin.astype("float32"), f"{name}_sin")])
     swap = list(range(rank))
     swap[axis], swap[-1] = swap[-1], swap[axis]
     made = []
@@ -788,7 +785,7 @@ def _dft_nodes(graph, node, shape, axis, inverse, onesided, name) -> list:
 
     real = part(0)
     imag = part(1) if shape[-1] == 2 else None
-    # (re + i im)(cos + i sin'), sin' = sign * sin: re cos - im sin', re sin' + im cos
+    # (re + i im)(cos + i sin): re cos - im sin, re sin + im cos
     new_real, new_imag = op("MatMul", [real, f"{name}_cos"]), op("MatMul", [real, f"{name}_sin"])
     if imag is not None:
         new_real = op("Sub", [new_real, op("MatMul", [imag, f"{name}_sin"])])
