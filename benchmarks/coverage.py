@@ -3,7 +3,8 @@ through ``torch.export`` and through ONNX, and why not; results for ``benchmarks
 ``benchmarks/results/<machine-kind>/coverage.json``.
 
     python benchmarks/coverage.py [--only TYPE,...] [--offset N] [--limit N] [--resume]
-        [--timeout S] [--kind KIND] [--json OUT]
+        [--timeout S] [--kind KIND] [--json OUT] [--target T --dtype D] [--paths P] [--jobs N]
+    python benchmarks/coverage.py --merge PART.json... [--json OUT]
 
 Every model type of transformers' ``AutoModel`` mapping (the popular ones first) is built at a
 small config: its config class's defaults with layers, widths, heads and vocabulary shrunk by
@@ -11,10 +12,13 @@ attribute name, weights random under a fixed seed, nothing downloaded. Its input
 model's ``main_input_name``; its output is the first tensor of what the model returns. Each model
 and path runs in a process of its own under ``--timeout``, so a crash or a hang costs only that
 model; the JSON is rewritten after every model, and ``--resume`` skips the model types it already
-holds (each record names the commit that swept it). A failure is filed under a cause (an op
-without a lowering, an importer error, an export error, a numeric mismatch, an export that differs
-from eager PyTorch, a crash or timeout, a config or inputs this script could not make) and the
-causes are printed largest first.
+holds (each record names the commit that swept it); ``--merge`` files the records of sweeps run
+in parallel (``--offset``/``--limit`` ranges, one core each) into the JSON by model type, a
+part's record replacing the one it held. ``--target cuda-sm90 --dtype fp16 --paths torch --jobs 8``
+sweeps on the GPU host (``bash benchmarks/gpu.sh coverage``), ``--jobs`` model types at a time.
+A failure is filed under a cause (an op without a lowering, an importer error, an export error,
+a numeric mismatch, an export that differs from eager PyTorch, a crash or timeout, a config or
+inputs this script could not make) and the causes are printed largest first.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import sys
 import tempfile
 import traceback
 from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -352,18 +357,21 @@ def export_onnx(module, names, tensors, path: Path) -> None:
                           output_names=["output"], dynamo=True, verbose=False)
 
 
-def build_and_verify(model, out_dir: Path) -> None:
-    """Compile ``model`` for this CPU without tuning records, build it, and verify it."""
+def build_and_verify(model, out_dir: Path, target: str | None, dtype: str) -> None:
+    """Compile ``model`` for ``target`` (default: this CPU) without tuning records, build it,
+    and verify it."""
     from tvmfuse import api  # noqa: PLC0415
+    from tvmfuse.cli.common import DTYPES  # noqa: PLC0415
     from tvmfuse.verify import verify  # noqa: PLC0415
 
-    compiled = stage("compile", api.compile_model, model, api.get_target(),
-                     api.BuildOptions(use_database=False))
+    compiled = stage("compile", api.compile_model, model, api.get_target(target),
+                     api.BuildOptions(use_database=False, dtype=DTYPES[dtype]))
     api.build(compiled, out_dir,
               check=lambda staged: stage("verify", verify, api.load(staged), model))
 
 
-def run_path(model_type: str, path: str, scratch: Path) -> dict:
+def run_path(model_type: str, path: str, scratch: Path, target: str | None = None,
+             dtype: str = "fp32") -> dict:
     """One path (``torch`` or ``onnx``) of one model type, in this process."""
     from tvmfuse import api  # noqa: PLC0415
 
@@ -381,7 +389,7 @@ def run_path(model_type: str, path: str, scratch: Path) -> dict:
             result["exported"] = True
             imported = stage("import", api.import_model, str(onnx_file))
         try:
-            build_and_verify(imported, scratch / f"{model_type}-{path}")
+            build_and_verify(imported, scratch / f"{model_type}-{path}", target, dtype)
         except StageError as err:
             result["built"] = err.stage == "verify"
             raise
@@ -418,11 +426,13 @@ def lowering_op(error: str) -> str | None:
     return None
 
 
-def sweep_one(model_type: str, timeout: float) -> dict:
-    """Both paths of one model type, each in its own process under ``timeout`` seconds."""
+def sweep_one(model_type: str, timeout: float, paths=("torch", "onnx"), target: str | None = None,
+              dtype: str = "fp32") -> dict:
+    """The paths of one model type, each in its own process under ``timeout`` seconds."""
     record = {"type": model_type, "commit": commit()}
-    for path in ("torch", "onnx"):
-        command = [sys.executable, __file__, "--worker", model_type, "--path", path]
+    for path in paths:
+        command = [sys.executable, __file__, "--worker", model_type, "--path", path,
+                   "--dtype", dtype] + (["--target", target] if target else [])
         try:
             done = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
                                   timeout=timeout)
@@ -448,6 +458,8 @@ def summary(records: list[dict]) -> str:
     lines = []
     for path in ("torch", "onnx"):
         results = [r[path] for r in records if path in r]
+        if not results:
+            continue
         counts = [sum(r[k] for r in results) for k in ("exported", "built", "verified")]
         lines.append(f"{path}: {len(results)} model types, {counts[0]} exported, {counts[1]} "
                      f"built, {counts[2]} verified")
@@ -466,16 +478,33 @@ def commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def write(out: Path, kind: str, reproduce: str, records: list[dict]) -> None:
+def write(out: Path, kind: str, reproduce: str, records: list[dict], target: str | None = None,
+          dtype: str = "fp32") -> None:
     causes = Counter(r[p]["cause"] for r in records for p in ("torch", "onnx")
                      if p in r and r[p]["cause"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": kind, "commit": commit(), "commit_is": "measured",
-                               "reproduce": reproduce, "causes": dict(causes.most_common()),
+                               "reproduce": reproduce, "target": target or "this CPU",
+                               "dtype": dtype, "causes": dict(causes.most_common()),
                                "coverage": records}, indent=1) + "\n")
 
 
-def worker(model_type: str, path: str) -> int:
+def merge(out: Path, kind: str, parts: list[Path], target: str | None, dtype: str) -> int:
+    """File the records of ``parts`` into ``out`` by model type (a part's record replaces the one
+    ``out`` held), in the sweep's order, and print the summary."""
+    held = json.loads(out.read_text()) if out.exists() else {"reproduce": "", "coverage": []}
+    by_type = {r["type"]: r for r in held["coverage"]}
+    for part in parts:
+        by_type.update((r["type"], r) for r in json.loads(part.read_text())["coverage"])
+    order = {model_type: index for index, model_type in enumerate(model_types())}
+    records = sorted(by_type.values(), key=lambda r: order.get(r["type"], len(order)))
+    write(out, kind, held["reproduce"], records, target, dtype)
+    print(summary(records))
+    print(f"wrote {out}: {len(records)} model types")
+    return 0
+
+
+def worker(model_type: str, path: str, target: str | None, dtype: str) -> int:
     """The ``--worker`` process: one path of one model, its result as the last stdout line."""
     import logging  # noqa: PLC0415
     import warnings  # noqa: PLC0415
@@ -484,7 +513,7 @@ def worker(model_type: str, path: str) -> int:
     warnings.filterwarnings("ignore")
     with tempfile.TemporaryDirectory(prefix="tvmfuse-coverage-") as scratch:
         try:
-            result = run_path(model_type, path, Path(scratch))
+            result = run_path(model_type, path, Path(scratch), target, dtype)
         except Exception as err:  # noqa: BLE001 - outside every stage: still one result
             traceback.print_exc()
             result = {"exported": False, "built": False, "verified": False, "stage": "crash",
@@ -505,11 +534,18 @@ def main() -> int:
     parser.add_argument("--kind", help="machine kind the results are filed under")
     parser.add_argument("--json", type=Path,
                         help="default: benchmarks/results/<kind>/coverage.json")
+    parser.add_argument("--target", help="tvmfuse's target name (default: this CPU)")
+    parser.add_argument("--dtype", default="fp32", help="the builds' precision (default fp32)")
+    parser.add_argument("--paths", default="torch,onnx",
+                        help="comma-separated: torch, onnx (default both)")
+    parser.add_argument("--jobs", type=int, default=1, help="model types swept at a time")
+    parser.add_argument("--merge", type=Path, nargs="+", metavar="PART",
+                        help="file these sweeps' records into the JSON by type, then exit")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--path", choices=("torch", "onnx"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.worker, args.path)
+        return worker(args.worker, args.path, args.target, args.dtype)
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     from models import machine_kind  # noqa: PLC0415 - the kind as benchmarks/models.py names it
@@ -523,19 +559,26 @@ def main() -> int:
     types = types[args.offset:][:args.limit]
     kind = args.kind or machine_kind()
     out = args.json or REPO / "benchmarks" / "results" / kind / "coverage.json"
+    if args.merge:
+        return merge(out, kind, args.merge, args.target, args.dtype)
     records = json.loads(out.read_text())["coverage"] if args.resume and out.exists() else []
     done = {r["type"] for r in records}
     reproduce = shlex.join(["python", "benchmarks/coverage.py", *sys.argv[1:]])
-    for index, model_type in enumerate(types):
-        if model_type in done:
-            continue
-        print(f"[{index + 1}/{len(types)}] {model_type} ...", flush=True)
-        records.append(sweep_one(model_type, args.timeout))
-        for path in ("torch", "onnx"):
-            result = records[-1][path]
-            print(f"  {path}: " + ("verified" if result["verified"] else result["error"]),
-                  flush=True)
-        write(out, kind, reproduce, records)
+    paths = tuple(args.paths.split(","))
+    todo = [t for t in types if t not in done]
+
+    def one(model_type: str) -> dict:
+        return sweep_one(model_type, args.timeout, paths, args.target, args.dtype)
+
+    with ThreadPoolExecutor(args.jobs) as pool:  # each path runs in a process of its own
+        for index, record in enumerate(pool.map(one, todo)):
+            print(f"[{index + 1}/{len(todo)}] {record['type']}", flush=True)
+            for path in paths:
+                result = record[path]
+                print(f"  {path}: " + ("verified" if result["verified"] else result["error"]),
+                      flush=True)
+            records.append(record)
+            write(out, kind, reproduce, records, args.target, args.dtype)
     print(summary(records))
     print(f"wrote {out}")
     return 0

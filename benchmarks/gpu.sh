@@ -8,6 +8,10 @@
 #                                       the mma GEMM's numbers, SegFormer run), then Wav2Vec2,
 #                                       SegFormer and BEiT fp16 builds with --verify; logs in $OUT
 #                                       (a hang: benchmarks/cuda_trace.py on the build names it)
+#   bash benchmarks/gpu.sh build-time   ResNet-50 and BERT-base fp16 CUDA builds, cold and rebuilt
+#                                       unchanged, seconds per stage (benchmarks/build_time.py)
+#   bash benchmarks/gpu.sh coverage [ARGS]  the coverage sweep's small configs in fp16 on the GPU,
+#                                       resumed from $OUT/coverage.json (benchmarks/coverage.py)
 #   bash benchmarks/gpu.sh COMMAND...   any command, e.g. python3 -m tvmfuse bench vit --target
 #                                       cuda-sm90 --dtype fp16 --json $OUT/vit-fp16-b1.json
 # JSON goes to $OUT (default /tmp/gpu); copy it to benchmarks/results/<gpu>/ with the machine,
@@ -41,13 +45,22 @@ checks)
         tests/schedules/test_cuda_wgmma.py::test_conv_over_a_long_row_lowers_in_int32 \
         tests/test_suite.py::test_segformer_on_cuda_runs_and_verifies
     for model in wav2vec2 segformer beit; do
-        check "build-$model" 150 python3 -m tvmfuse build "benchmarks/gpu_models.py:$model" \
+        check "build-$model" 120 python3 -m tvmfuse build "benchmarks/gpu_models.py:$model" \
             --target cuda-sm90 --dtype fp16 --no-db --verify -o "/tmp/gpu-check-$model"
     done ;;
 models) for b in 1 32; do bench resnet50 fp16 "$b"; bench bert-base fp16 "$b"; done ;;
 gemm) python3 benchmarks/cuda_gemm.py --no-dlight --json "$OUT/cuda-gemm.json" ;;
 conv) python3 benchmarks/cuda_conv.py --json "$OUT/cuda-conv.json" ;;
 row-norm) python3 benchmarks/cuda_row_norm.py --json "$OUT/cuda-row-norm.json" ;;
-"") echo "usage: gpu.sh models|checks|gemm|conv|row-norm|COMMAND..." >&2; exit 2 ;;
+coverage) shift
+    # eight model types at a time, each build on two of the host's 16 cores
+    [ -f "$OUT/coverage.json" ] || cp benchmarks/results/h100/coverage.json "$OUT/" 2>/dev/null
+    TVM_NUM_THREADS=2 python3 benchmarks/coverage.py --target cuda-sm90 --dtype fp16 --paths torch \
+        --jobs 8 --timeout 240 --resume --kind gpu --json "$OUT/coverage.json" "$@" 2>&1 |
+        grep -vE "^\s+torch: verified" ;;
+build-time) python3 benchmarks/build_time.py --target cuda-sm90 --dtype fp16 \
+    --kind "$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -oE 'H[0-9]00' | head -1 |
+              tr H h)" --json "$OUT/build-time.json" ;;
+"") echo "usage: gpu.sh models|checks|build-time|gemm|conv|row-norm|COMMAND..." >&2; exit 2 ;;
 *) "$@" ;;
 esac

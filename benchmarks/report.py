@@ -220,6 +220,8 @@ def cpu_section(kind: str, files: dict[str, dict]) -> list[str]:
             out += per_layer_table(kind, data)
         if "inspect" in data:
             out += inspect_table(kind, data)
+        if "build_time" in data:
+            out += build_time_table(kind, data)
     unfused = [d for d in zoo if "tvmfuse-unfused" in engines(d)]
     if unfused:
         out += kernels_table(kind, unfused)
@@ -233,6 +235,8 @@ def coverage_table(kind: str, data: dict, top: int = 4) -> list[str]:
     rows = []
     for path, label in (("torch", "torch.export"), ("onnx", "ONNX")):
         results = [r[path] for r in records if path in r]
+        if not results:
+            continue
         causes: dict[str, int] = {}
         for result in results:
             if result.get("cause"):
@@ -243,8 +247,11 @@ def coverage_table(kind: str, data: dict, top: int = 4) -> list[str]:
         rows.append([label, str(len(results)), str(exported), str(built), str(verified),
                      f"{verified / exported:.0%}" if exported else "-",
                      "; ".join(f"{_cell(c)} ({n})" for c, n in largest) or "-"])
+    target = data.get("target", "this CPU")
+    where = "on this CPU" if target == "this CPU" else f"for {target}, run on the GPU"
     out = ["**Coverage of transformers' AutoModel types** (`benchmarks/coverage.py`: small "
-           "configs, random weights, fp32, built untuned and verified on this CPU):", ""]
+           f"configs, random weights, {data.get('dtype', 'fp32')}, built untuned and verified "
+           f"{where}):", ""]
     out += table(["path", "model types", "exported", "built", "verified",
                   "verified of exported", "largest failure causes (model types)"], rows)
     out += [""] + provenance(kind, [data])
@@ -355,6 +362,36 @@ def tune_gain_table(kind: str, data: dict) -> list[str]:
     return out + [""] + provenance(kind, [data])
 
 
+#: How the build-time table groups a manifest's stages (tvmfuse/buildtime.py's STAGES).
+BUILD_STAGES = (("startup", ("startup",)), ("import", ("import",)),
+                ("passes", ("fold", "canonicalize", "fuse_patterns", "legalize", "fuse_ops",
+                            "verify_fusion", "fuse_tir", "prepack", "lower", "analysis")),
+                ("scheduling", ("database", "apply_database", "schedule")),
+                ("TIR lowering", ("tir_lower",)), ("codegen", ("codegen",)),
+                ("CUDA compile", ("cuda_compile",)), ("export", ("export", "reference")))
+
+
+def build_time_table(kind: str, data: dict) -> list[str]:
+    """`benchmarks/build_time.py`: each model built cold, then rebuilt unchanged."""
+    rows = []
+    for build in data["build_time"]:
+        if "error" in build:
+            rows.append([build["model"], build["run"], _cell(build["error"])] +
+                        [""] * len(BUILD_STAGES))
+            continue
+        stages = build["stages"]
+        rows.append([build["model"], build["run"], f"{build['wall_s']:.1f}"] +
+                     [f"{sum(stages.get(s, 0.0) for s in group):.1f}"
+                      for _, group in BUILD_STAGES])
+    out = [f"**Build time** (`tvmfuse build --no-db`, {data['dtype']}, target {data['target']}, "
+           f"{data['cores']} cores; seconds: the process's wall time, then the build's stages; "
+           "`rebuilt`: the same build again, unchanged, with the kernel cache the first filled):",
+           ""]
+    out += table(["model", "run", "wall s", *(label for label, _ in BUILD_STAGES)], rows,
+                 right_from=2)
+    return out + [""] + provenance(kind, [data])
+
+
 def per_layer_table(kind: str, data: dict) -> list[str]:
     row = [data["model"], ms(data["tvmfuse_ms"]), ms(data["tvmfuse_in_place_ms"]),
            ms(data["onnxruntime_ms"])]
@@ -401,7 +438,12 @@ def gpu_section(kind: str, files: dict[str, dict]) -> list[str]:
            "**Whole models on the GPU** (`tvmfuse bench --target cuda-sm90 --no-db`, CUDA events, "
            "medians; fp32 is strict, TF32 off):", ""]
     out += bench_table(reports, "model, precision, batch", zoo_label) + [""]
-    return out + provenance(kind, reports)
+    out += provenance(kind, reports)
+    if "build-time" in files:
+        out += [""] + build_time_table(kind, files["build-time"])
+    if "coverage" in files:
+        out += [""] + coverage_table(kind, files["coverage"])
+    return out
 
 
 def is_gpu(files: dict[str, dict]) -> bool:

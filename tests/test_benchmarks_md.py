@@ -90,3 +90,65 @@ def test_the_best_of_all_peers_is_named_with_its_precision(tmp_path):
             "OpenVINO fp32 ms | vs best peer | error: tvmfuse / best peer |") in text
     assert "| 30.00 | 40.00 | 25.00 | 20.00 | 35.00 | 1.50x (OpenVINO bf16) | - / - |" in text
     assert "| resnet50, fp32 | 30.00 | OpenVINO bf16 | 20.00 | 1.50x |" in readme.read_text()
+
+
+def test_build_time_and_gpu_coverage_tables(tmp_path):
+    """benchmarks/build_time.py's JSON becomes a table of seconds by stage group, and a GPU
+    kind's coverage sweep (one path, fp16) a coverage table naming its target."""
+    import json
+
+    kind = tmp_path / "results" / "h100"
+    kind.mkdir(parents=True)
+    stages = {"startup": 12.0, "import": 7.0, "fold": 3.0, "legalize": 5.0, "schedule": 9.0,
+              "tir_lower": 4.0, "codegen": 0.5, "cuda_compile": 7.0, "export": 1.0}
+    common = {"machine": "h100", "commit": "abc1234", "commit_is": "measured"}
+    (kind / "build-time.json").write_text(json.dumps({
+        **common, "reproduce": "python benchmarks/build_time.py --target cuda-sm90",
+        "target": "cuda-sm90", "dtype": "fp16", "cores": 16, "build_time": [
+            {"model": "resnet50", "run": "cold", "wall_s": 51.0, "total": 49.5,
+             "stages": stages},
+            {"model": "bert-base", "run": "cold", "error": "TvmfuseError: | no GPU"}]}))
+    result = {"exported": True, "built": True, "verified": True, "cause": None}
+    failed = {"exported": True, "built": False, "verified": False, "stage": "compile",
+              "error": "x", "cause": "build error"}
+    (kind / "coverage.json").write_text(json.dumps({
+        **common, "reproduce": "python benchmarks/coverage.py --target cuda-sm90",
+        "target": "cuda-sm90", "dtype": "fp16", "causes": {"build error": 1},
+        "coverage": [{"type": "bert", "torch": result}, {"type": "gpt2", "torch": failed}]}))
+    out = tmp_path / "BENCHMARKS.md"
+    done = report("--results", str(tmp_path / "results"), "--out", str(out), "--readme",
+                  str(tmp_path / "none.md"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = out.read_text()
+    assert ("| model | run | wall s | startup | import | passes | scheduling | TIR lowering | "
+            "codegen | CUDA compile | export |") in text
+    assert "| resnet50 | cold | 51.0 | 12.0 | 7.0 | 8.0 | 9.0 | 4.0 | 0.5 | 7.0 | 1.0 |" in text
+    assert "| bert-base | cold | TvmfuseError: \\| no GPU |" in text
+    assert "fp16, built untuned and verified for cuda-sm90, run on the GPU" in text
+    assert "| torch.export | 2 | 2 | 1 | 1 | 50% | build error (1) |" in text
+    assert "| ONNX |" not in text and "- torch.export, build error: gpt2" in text
+
+
+def test_coverage_merge_files_parts_by_type(tmp_path):
+    """`coverage.py --merge` files parallel sweeps' records into the JSON by model type: a
+    part's record replaces the one held, the rest stay, in the sweep's order."""
+    import json
+
+    def record(model_type, verified, commit):
+        path = {"exported": True, "built": verified, "verified": verified,
+                "cause": None if verified else "build error"}
+        return {"type": model_type, "torch": path, "onnx": path, "commit": commit}
+
+    held, part = tmp_path / "coverage.json", tmp_path / "part.json"
+    held.write_text(json.dumps({"reproduce": "python benchmarks/coverage.py", "coverage": [
+        record("gpt2", False, "old"), record("bert", True, "old")]}))
+    part.write_text(json.dumps({"coverage": [record("gpt2", True, "new"),
+                                             record("roberta", False, "new")]}))
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "coverage.py"), "--merge",
+                           str(part), "--json", str(held), "--kind", "zen4"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    merged = json.loads(held.read_text())
+    assert [(r["type"], r["commit"]) for r in merged["coverage"]] == [
+        ("bert", "old"), ("roberta", "new"), ("gpt2", "new")]
+    assert merged["causes"] == {"build error": 2} and merged["machine"] == "zen4"
