@@ -550,6 +550,39 @@ def test_masked_scatter_places_the_source_in_mask_order(tmp_path):
     assert len(checks) == 2 and max(c.rel_err for c in checks) == 0
 
 
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_reduces_as_pytorch_does(tmp_path, reduce, include_self):
+    """TAPAS reduces its cells' values into segments with ``scatter_reduce`` (no converter in
+    TVM's importer): each reduction, with and without the held values, some segments empty,
+    and an index shorter than its source along the scattered axis."""
+    from tvmfuse import api
+
+    class Segments(torch.nn.Module):
+        def forward(self, x, index, src):
+            return x.scatter_reduce(1, index, src, reduce=reduce, include_self=include_self)
+
+    index = torch.tensor([[0, 2, 2, 5], [1, 1, 1, 0], [5, 4, 2, 0]])  # segment 3 never indexed
+    model = api.import_torch(Segments(), (torch.rand(3, 6) + 0.5, index, torch.rand(3, 5) + 0.5))
+    (check,) = _verified(model, tmp_path / "out")
+    assert check.rel_err < 1e-6, check
+
+
+def test_unfold_takes_pytorchs_windows(tmp_path):
+    """UnivNet cuts its hidden states into overlapping windows with ``Tensor.unfold`` (no
+    converter in TVM's importer): windows along a middle and the last axis, steps below, at
+    and above the window size (a step that leaves a remainder drops it)."""
+    from tvmfuse import api
+
+    class Windows(torch.nn.Module):
+        def forward(self, x):
+            return x.unfold(1, 3, 2) * 2, x.unfold(2, 2, 2), x.unfold(-1, 2, 3)
+
+    model = api.import_torch(Windows(), (torch.randn(2, 9, 7),))
+    checks = _verified(model, tmp_path / "out")
+    assert len(checks) == 3 and max(c.rel_err for c in checks) == 0
+
+
 def test_factory_that_cannot_load_is_one_clear_error():
     with pytest.raises(TvmfuseError, match="cannot load model factory 'no_such_pkg.models:make'"):
         import_model("no_such_pkg.models:make")

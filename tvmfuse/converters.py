@@ -323,6 +323,60 @@ def _mul(node, importer):
                    combine(product(a, d), product(b, c), relax.op.add))
 
 
+def _scatter_reduce(node, importer):
+    """``aten.scatter_reduce.two(x, dim, index, src, reduce, include_self=True)`` as Relax's
+    ``scatter_elements`` with a reduction (TAPAS's segment sums, means and maxima). Without
+    ``include_self`` the indexed positions are first set to the reduction's identity; a mean is
+    a sum divided by a count, since Relax's ``mean`` reduction averages pairwise."""
+    bb = importer.block_builder
+    x, dim, index, src = (importer.env[node.args[0]], node.args[1], importer.env[node.args[2]],
+                          importer.env[node.args[3]])
+    reduce = node.args[4] if len(node.args) > 4 else node.kwargs["reduce"]
+    include_self = node.args[5] if len(node.args) > 5 else node.kwargs.get("include_self", True)
+    dim %= len(x.ty.shape)
+    if list(src.ty.shape) != list(index.ty.shape):  # PyTorch reads src over index's extent
+        src = bb.emit(relax.op.strided_slice(src, list(range(len(index.ty.shape))),
+                                             [0] * len(index.ty.shape), list(index.ty.shape)))
+    dtype = str(x.ty.dtype)
+
+    def scatter(data, updates, reduction):
+        return bb.emit(relax.op.scatter_elements(data, index, updates, dim, reduction))
+
+    def filled(value):
+        return bb.emit(relax.op.full_like(src, relax.const(value, dtype)))
+
+    if reduce == "mean":
+        count = scatter(bb.emit(relax.op.zeros_like(x)), filled(1), "add")
+        base = x if include_self else scatter(x, filled(0), "update")
+        total = scatter(base, src, "add")
+        if include_self:
+            return bb.emit(relax.op.divide(total, relax.op.add(count, relax.const(1, dtype))))
+        mean = relax.op.divide(total, relax.op.maximum(count, relax.const(1, dtype)))
+        return bb.emit(relax.op.where(relax.op.greater(count, relax.const(0, dtype)), mean, x))
+    reduction, identity = {"sum": ("add", 0), "prod": ("mul", 1), "amax": ("max", -math.inf),
+                           "amin": ("min", math.inf)}[reduce]
+    if "int" in dtype and math.isinf(identity):
+        info = np.iinfo(dtype)
+        identity = info.min if identity < 0 else info.max
+    base = x if include_self else scatter(x, filled(identity), "update")
+    return scatter(base, src, reduction)
+
+
+def _unfold(node, importer):
+    """``aten.unfold(x, dim, size, step)`` (``Tensor.unfold``: the windows of ``size`` every
+    ``step`` along ``dim``, a new last axis of ``size``; UnivNet's location-variable convs) as a
+    gather of the windows' constant positions along ``dim``, the window axis then moved last."""
+    bb = importer.block_builder
+    x, dim, size, step = importer.env[node.args[0]], *node.args[1:4]
+    ndim = len(x.ty.shape)
+    dim %= ndim
+    windows = (int(x.ty.shape[dim]) - size) // step + 1
+    positions = np.arange(windows)[:, None] * step + np.arange(size)[None, :]
+    gathered = bb.emit(relax.op.take(x, relax.const(positions.astype("int64")), axis=dim))
+    order = [*range(dim + 1), *range(dim + 2, ndim + 1), dim + 1]
+    return bb.emit(relax.op.permute_dims(gathered, order))
+
+
 #: The ops that move a complex tensor's elements without combining them (see _per_part).
 _STRUCTURAL = ("unsqueeze.default", "view.default", "reshape.default", "slice.Tensor",
                "expand.default", "permute.default", "transpose.int", "clone.default",
@@ -338,4 +392,5 @@ CONVERTERS = {"amax.default": _reduction(relax.op.max), "amin.default": _reducti
               "_fft_c2c.default": _fft_c2c, "_fft_r2c.default": _fft_r2c,
               "view_as_real.default": _view_as_real, "view_as_complex.default": _view_as_complex,
               "polar.default": _polar, "mul.Tensor": _mul,
+              "scatter_reduce.two": _scatter_reduce, "unfold.default": _unfold,
               **{name: _per_part(name) for name in _STRUCTURAL}}
