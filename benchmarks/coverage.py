@@ -63,6 +63,8 @@ SMALL = {**dict.fromkeys(LAYERS, 2), **dict.fromkeys(WIDTHS, 64), **dict.fromkey
          **dict.fromkeys(FFN, 128), "num_key_value_heads": 2, "head_dim": 16, "d_kv": 16,
          "vocab_size": 1000, "image_size": 64, "max_source_positions": 100,
          "embedding_size": 64, "rotary_dim": 8,
+         # video models' clips: two tubelets of VideoMAE's and ViViT's two frames
+         "num_frames": 4,
          # multi-head latent attention (DeepSeek-V2/V3): the rotary part of a head is head_dim
          "qk_rope_head_dim": 16, "qk_nope_head_dim": 16, "v_head_dim": 16,
          "kv_lora_rank": 32, "q_lora_rank": 64,
@@ -249,12 +251,21 @@ def make_inputs(model, config) -> tuple[list[str], list]:
         inputs["input_ids"] = tokens()
         if "attention_mask" in params:
             inputs["attention_mask"] = torch.ones(1, SEQ, dtype=torch.long)
-    if main == "pixel_values" or "pixel_values" in params and "input_ids" in inputs:
+    if main in ("pixel_values", "pixel_values_videos") or "pixel_values" in params and \
+            "input_ids" in inputs:
         vision = _vision_config(config)
         side = getattr(vision, "image_size", IMAGE_SIDE)
         height, width = (side, side) if isinstance(side, int) else tuple(side)[:2]
         channels = getattr(vision, "num_channels", 3)
-        inputs["pixel_values"] = torch.randn(1, channels, height, width, generator=generator)
+        frames = getattr(vision, "num_frames", None)  # a video model: (batch, frames, C, H, W)
+        shape = (1, channels, height, width) if frames is None else \
+            (1, frames, channels, height, width)
+        name = "pixel_values_videos" if main == "pixel_values_videos" else "pixel_values"
+        inputs[name] = torch.randn(*shape, generator=generator)
+    if main == "past_values" and getattr(config, "context_length", None):  # time series
+        channels = getattr(config, "num_input_channels", None)
+        shape = (1, config.context_length) + ((channels,) if channels else ())
+        inputs["past_values"] = torch.randn(*shape, generator=generator)
     if main == "input_values":
         inputs["input_values"] = torch.randn(1, AUDIO_SAMPLES, generator=generator)
     if main == "input_features":
