@@ -90,6 +90,20 @@ def test_the_cpu_peak_is_a_loop_of_vector_fmas_on_every_thread():
     np.testing.assert_allclose(acc.numpy(), expected, rtol=1e-5)
 
 
+def test_the_bf16_peak_is_a_loop_of_pair_dot_products():
+    """On a CPU with AVX-512 BF16, --peak in bf16 times ``vdpbf16ps`` (the instruction of a bf16
+    build's GEMMs), each step adding 1 * 1 + 1 * 1 to every lane of every accumulator."""
+    import numpy as np
+
+    target = api.get_target(HOST)
+    if target.vector is None or not target.vector.dot_bf16:
+        pytest.skip(f"{target.name} has no AVX-512 BF16")
+    library, (start, end) = peak.dot_loop(target, threads=2, steps=100)
+    assert library.inspect_source("asm").count("vdpbf16ps") >= start.shape[1]
+    library["main"](start, end)
+    np.testing.assert_array_equal(end.numpy(), 200.0)
+
+
 def test_bench_skips_a_missing_engine_and_checks_every_output(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if not installed
     model = api.import_model("tiny-mobilenet")

@@ -31,13 +31,15 @@ INPUTS, ACCUMULATOR = ("bfloat16", "bfloat16"), "float32"
 # the same as the int64 indices of Relax's kernels, which tensorize matches exactly
 _0, _LANES, _PAIR = (T.int64(n) for n in (0, LANES, GROUP))
 
-_FUNCTION = "tvmfuse_dpbf16ps"
+#: The function a tensorized kernel calls: one ``vdpbf16ps`` (``acc``, the input pair broadcast
+#: as int32 lanes, the weights' sixteen pairs as int32 lanes), written in :data:`LLVM_IR`.
+FUNCTION = "tvmfuse_dpbf16ps"
 
-#: The loop annotation that links :data:`_LLVM_IR` into a kernel calling :data:`_FUNCTION`.
+#: The loop annotation that links :data:`LLVM_IR` into a kernel calling :data:`FUNCTION`.
 IMPORT = "pragma_import_llvm"
 
-_LLVM_IR = f"""
-define <16 x float> @{_FUNCTION}(<16 x float> %acc, <16 x i32> %a, <16 x i32> %b) {{
+LLVM_IR = f"""
+define <16 x float> @{FUNCTION}(<16 x float> %acc, <16 x i32> %a, <16 x i32> %b) {{
   %a.bf16 = bitcast <16 x i32> %a to <32 x bfloat>
   %b.bf16 = bitcast <16 x i32> %b to <32 x bfloat>
   %sum = call <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float> %acc,
@@ -61,7 +63,7 @@ def _impl(A: T.Buffer((_PAIR,), "bfloat16", offset_factor=1),
         T.evaluate(T.tvm_access_ptr(T.type_annotation("uint16"), B.data, B.elem_offset,
                                     _LANES * _PAIR, 1))
         C[T.ramp(_0, 1, LANES)] = T.call_extern(
-            "float32x16", _FUNCTION, C[T.ramp(_0, 1, LANES)],
+            "float32x16", FUNCTION, C[T.ramp(_0, 1, LANES)],
             T.broadcast(T.reinterpret("int32", A.vload([_0], "bfloat16x2")), LANES),
             T.reinterpret("int32x16", B.vload([_0, _0], "bfloat16x32")))
 
@@ -79,4 +81,4 @@ def available(vector) -> bool:
 
 def link(sch, loop) -> None:
     """Annotate ``loop`` (one enclosing every tensorized call) to link the function they call."""
-    sch.annotate(loop, IMPORT, _LLVM_IR)
+    sch.annotate(loop, IMPORT, LLVM_IR)

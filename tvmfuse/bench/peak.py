@@ -1,4 +1,5 @@
-"""The machine's practical fp32 peak, against which `tvmfuse bench --peak` reports each engine."""
+"""The machine's practical peak in a build's precision, against which `tvmfuse bench --peak`
+reports each engine: fp32 FMAs, or on a CPU with AVX-512 BF16, its bf16 pair dot product."""
 
 from __future__ import annotations
 
@@ -8,10 +9,16 @@ import time
 import numpy as np
 import tvm
 from tvm import s_tir, te, tirx
+from tvm.script import tirx as T
+
+#: Two bf16 ones in one int32 lane: the pair :func:`dot_loop` multiplies by itself each step.
+_ONE_PAIR = 0x3F803F80
 
 
-def measure_peak_gflops(target, threads: int) -> float:
-    """The target's practical fp32 peak here, in GFLOP/s.
+def measure_peak_gflops(target, threads: int, dtype: str = "float32") -> float:
+    """The target's practical peak here in ``dtype``, in GFLOP/s: bfloat16 on a CPU whose core
+    has AVX-512 BF16 is :func:`dot_loop`'s rate (``vdpbf16ps``: twice the FMAs of an fp32
+    vector FMA; a bf16 build's GEMMs and convs use it), every other case the fp32 rate below.
 
     CPUs: a kernel of nothing but FMAs, generated for ``target`` (``target.vector``): each
     thread keeps 16 independent vector accumulators (enough chains to hide the FMA latency on
@@ -22,15 +29,23 @@ def measure_peak_gflops(target, threads: int) -> float:
     """
     if target.is_gpu:
         return _cuda_sgemm_gflops(8192)
+    if dtype == "bfloat16" and target.vector is not None and target.vector.dot_bf16:
+        library, args = dot_loop(target, threads)
+        return _gflops(library, args, flops_per_lane_step=4, steps=200_000)
     return _fma_loop_gflops(target, threads)
+
+
+def _gflops(library, args, flops_per_lane_step: int, steps: int) -> float:
+    """The rate of a loop kernel of ``steps`` steps over ``args[0]``'s threads x chains x lanes,
+    its best of five timings of three runs."""
+    seconds = min(library.time_evaluator("main", tvm.cpu(), number=3, repeat=5)(*args).results)
+    return flops_per_lane_step * math.prod(args[0].shape) * steps / seconds / 1e9
 
 
 def _fma_loop_gflops(target, threads: int, chains: int | None = None,
                      steps: int = 200_000) -> float:
     library, args = fma_loop(target, threads, chains, steps)
-    seconds = min(library.time_evaluator("main", tvm.cpu(), number=3, repeat=5)(*args).results)
-    chains, lanes = args[0].shape[-2:]
-    return 2 * threads * chains * lanes * steps / seconds / 1e9
+    return _gflops(library, args, flops_per_lane_step=2, steps=steps)
 
 
 def fma_loop(target, threads: int, chains: int | None = None, steps: int = 200_000):
@@ -63,6 +78,37 @@ def fma_loop(target, threads: int, chains: int | None = None, steps: int = 200_0
     device = tvm.cpu()
     args = [tvm.runtime.tensor(np.full((threads, chains, lanes), 1e-3, "float32"), device),
             tvm.runtime.tensor(np.zeros((threads, chains, lanes), "float32"), device)]
+    return getattr(library, "mod", library), args
+
+
+def dot_loop(target, threads: int, steps: int = 200_000):
+    """A kernel of nothing but AVX-512 BF16 pair dot products (``vdpbf16ps``, through
+    :mod:`tvmfuse.schedules.cpu.bf16_dot`'s function), built for ``target``: each thread adds
+    ``1 * 1 + 1 * 1`` to as many 16-lane float32 accumulators as :func:`fma_loop` keeps, ``steps``
+    times. The library and its arguments (the accumulators' start, then their end)."""
+    from ..schedules.cpu import bf16_dot  # noqa: PLC0415 - the bf16 build's own instruction
+
+    lanes, chains = bf16_dot.LANES, min(16, target.vector.registers - 4)
+    pair = T.broadcast(T.int32(_ONE_PAIR), lanes)
+
+    @T.prim_func
+    def main(start: T.Buffer((threads, chains, lanes), "float32"),
+             end: T.Buffer((threads, chains, lanes), "float32")):
+        for t in T.parallel(threads):
+            acc = T.decl_buffer((chains * lanes,), "float32", scope="local")
+            for c in T.unroll(chains):
+                acc[T.ramp(c * lanes, 1, lanes)] = start[t, c, T.ramp(0, 1, lanes)]
+            for _ in T.serial(steps, annotations={bf16_dot.IMPORT: bf16_dot.LLVM_IR}):
+                for c in T.unroll(chains):
+                    acc[T.ramp(c * lanes, 1, lanes)] = T.call_extern(
+                        "float32x16", bf16_dot.FUNCTION, acc[T.ramp(c * lanes, 1, lanes)],
+                        pair, pair)
+            for c in T.unroll(chains):
+                end[t, c, T.ramp(0, 1, lanes)] = acc[T.ramp(c * lanes, 1, lanes)]
+
+    library = tvm.compile(tvm.IRModule({"main": main}), target=target.tvm_target())
+    args = [tvm.runtime.tensor(np.zeros((threads, chains, lanes), "float32"), tvm.cpu())
+            for _ in range(2)]
     return getattr(library, "mod", library), args
 
 

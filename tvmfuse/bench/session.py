@@ -62,7 +62,7 @@ def bench(model: ImportedModel, target: TargetSpec, engines: list[str], *, optio
         model=model.source, target=target.name, threads=threads,
         batch=next((d for d in model.inputs[0].shape[:1] if isinstance(d, int)), None),
         dtype=dtype, flops=flops,
-        peak_gflops=measure_peak_gflops(target, threads) if peak else None,
+        peak_gflops=measure_peak_gflops(target, threads, dtype) if peak else None,
     )
     prepared, errors = {}, {}
     # the engines' files (ONNX exports, quantized models) are read while they are prepared

@@ -49,7 +49,8 @@ def add_parser(sub) -> None:
                         help="threads for every engine (default: the target's num-cores)")
     add_database_arguments(parser, "the TVM engines")
     parser.add_argument("--peak", action="store_true",
-                        help="measure the machine's fp32 FMA peak and report each engine's share")
+                        help="measure the machine's peak (fp32 FMAs; bf16 on AVX-512 BF16: its "
+                             "pair dot product) and report each engine's share")
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the report as JSON")
     parser.add_argument("--plot", type=Path, metavar="OUT.png", help="write a bar chart")
     parser.set_defaults(handler=handle)
