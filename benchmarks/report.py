@@ -2,12 +2,15 @@
 
     python benchmarks/report.py            # rewrite BENCHMARKS.md (and README.md's block)
     python benchmarks/report.py --check    # exit 1 when either is not what this script makes
+    python benchmarks/report.py --file benchmarks/results/zen4/vit-bf16.json   # file a new run
 
 ``benchmarks/results/<machine-kind>/<name>.json`` holds the latest results of one machine kind
 (zen3, zen4, zen5, emeraldrapids, h200, ...): one JSON each, naming the machine kind, the commit
 that measured it (``commit_is``: ``measured``, or ``added`` where only the commit that added the
-file is known) and the command that reproduces it (``reproduce``). A file holds either one
-``tvmfuse bench`` report (``results``), several (``runs``: the suite), a shape sweep
+file is known) and the command that reproduces it (``reproduce``); ``--file`` adds those three
+to a ``tvmfuse bench --json`` report written there (the kind its folder, the commit git's HEAD,
+the command the one the report names), then rewrites the files as without it. A file holds
+either one ``tvmfuse bench`` report (``results``), several (``runs``: the suite), a shape sweep
 (``families``), a tuning curve (``model_s_by_trials``), per-layer times (``tvmfuse_ms``) or kernel
 counts (``inspect``). Replace a file with a newer run of the same thing; history stays in git.
 
@@ -153,15 +156,20 @@ def peers_of(reports: list[dict]) -> list[str]:
 
 
 def bench_table(reports: list[dict], first: str, label) -> list[str]:
-    """One row per bench report: tvmfuse, every peer measured, tvmfuse over its best peer."""
+    """One row per bench report: tvmfuse, every peer measured, tvmfuse over its best peer, and
+    where a report measured the machine's peak (``--peak``), the share of it each reached."""
     peers = peers_of(reports)
     header = [first, "kernels", "tvmfuse ms", *(f"{peer_label(p, reports)} ms" for p in peers),
               "vs best peer", "error: tvmfuse / best peer"]
+    with_peak = any(r.get("peak_gflops") for r in reports)
+    if with_peak:
+        header.append("share of peak: tvmfuse / best peer")
     rows = []
     for report in reports:
         if "error" in report:  # benchmarks/models.py keeps a model whose bench failed
             error = report["error"].replace("|", "\\|")
-            rows.append([report["model"], *["-"] * (2 + len(peers)), f"failed: {error}", "-"])
+            rows.append([report["model"], *["-"] * (2 + len(peers)), f"failed: {error}", "-"]
+                        + ["-"] * with_peak)
             continue
         by = engines(report)
         ours = by.get("tvmfuse", {})
@@ -173,6 +181,10 @@ def bench_table(reports: list[dict], first: str, label) -> list[str]:
         rows.append([label(report), str(ours.get("kernels", "-")), ms(ours.get("median_ms")),
                      *(ms(by[p]["median_ms"]) if p in by else "-" for p in peers), versus,
                      " / ".join("-" if e is None else f"{e:.1e}" for e in errors)])
+        if with_peak:
+            shares = [ours.get("fraction_of_peak"),
+                      by[best[0]].get("fraction_of_peak") if best else None]
+            rows[-1].append(" / ".join("-" if f is None else f"{f:.0%}" for f in shares))
     return table(header, rows, right_from=1)
 
 
@@ -515,6 +527,20 @@ def summary(path: Path, want: str, have: str) -> str:
             f"`python benchmarks/report.py` and commit the result")
 
 
+def file_report(path: Path) -> None:
+    """Name the machine kind (``path``'s folder), the commit (HEAD) and the command in the
+    ``tvmfuse bench --json`` report at ``path``, measured at this checkout."""
+    import subprocess  # noqa: PLC0415
+
+    data = json.loads(path.read_text())
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    stamped = {"machine": path.parent.name, "commit": head, "commit_is": "measured",
+               "reproduce": "python -m " + data["command"]}
+    path.write_text(json.dumps({**stamped, **{k: v for k, v in data.items()
+                                              if k not in stamped}}, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
@@ -523,7 +549,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "BENCHMARKS.md")
     parser.add_argument("--readme", type=Path, default=REPO / "README.md",
                         help="README to fill between the standings markers, if it has them")
+    parser.add_argument("--file", type=Path, nargs="+", metavar="REPORT",
+                        help="first name the machine, commit and command in these new reports")
     args = parser.parse_args(argv)
+    for path in args.file or ():
+        file_report(path)
     kinds = load(args.results)
     wanted = {args.out: benchmarks_md(kinds)}
     if args.readme.exists():
