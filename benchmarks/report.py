@@ -375,7 +375,7 @@ def tune_gain_table(kind: str, data: dict) -> list[str]:
 
 
 #: How the build-time table groups a manifest's stages (tvmfuse/buildtime.py's STAGES).
-BUILD_STAGES = (("startup", ("startup",)), ("import", ("import",)),
+BUILD_STAGES = (("startup", ("startup",)), ("import", ("import",)), ("reuse check", ("reuse",)),
                 ("passes", ("fold", "canonicalize", "fuse_patterns", "legalize", "fuse_ops",
                             "verify_fusion", "fuse_tir", "prepack", "lower", "analysis")),
                 ("scheduling", ("database", "apply_database", "schedule")),

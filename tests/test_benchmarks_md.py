@@ -120,9 +120,10 @@ def test_build_time_and_gpu_coverage_tables(tmp_path):
                   str(tmp_path / "none.md"))
     assert done.returncode == 0, done.stdout + done.stderr
     text = out.read_text()
-    assert ("| model | run | wall s | startup | import | passes | scheduling | TIR lowering | "
-            "codegen | CUDA compile | export |") in text
-    assert "| resnet50 | cold | 51.0 | 12.0 | 7.0 | 8.0 | 9.0 | 4.0 | 0.5 | 7.0 | 1.0 |" in text
+    assert ("| model | run | wall s | startup | import | reuse check | passes | scheduling | "
+            "TIR lowering | codegen | CUDA compile | export |") in text
+    assert ("| resnet50 | cold | 51.0 | 12.0 | 7.0 | 0.0 | 8.0 | 9.0 | 4.0 | 0.5 | 7.0 | 1.0 |"
+            in text)
     assert "| bert-base | cold | TvmfuseError: \\| no GPU |" in text
     assert "fp16, built untuned and verified for cuda-sm90, run on the GPU" in text
     assert "| torch.export | 2 | 2 | 1 | 1 | 50% | build error (1) |" in text

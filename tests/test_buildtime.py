@@ -18,13 +18,14 @@ def test_build_reports_its_stages_and_they_add_up_to_the_total(tmp_path):
     seconds = json.loads((out / "manifest.json").read_text())["build_seconds"]
     stages = seconds["stages"]
     assert list(stages) == [s for s in STAGES if s in stages]  # in the order they ran
-    assert {"startup", "import", "database", *pipeline.PHASES, "analysis", "tir_lower", "codegen",
-            "export", "reference"} <= set(stages)
+    assert {"startup", "import", "reuse", "database", *pipeline.PHASES, "analysis", "tir_lower",
+            "codegen", "export", "reference"} <= set(stages)
     assert "cuda_compile" not in stages and seconds["cuda_binaries"]["at_load"] is False
     assert all(s >= 0 for s in stages.values())
     # what no stage measures (argument checks, logging, the staging folder) is a sliver
     assert 0.9 * seconds["total"] <= sum(stages.values()) <= seconds["total"]
-    line = re.search(r"build time ([\d.]+) s: startup [\d.]+, import [\d.]+, passes [\d.]+, "
+    line = re.search(r"build time ([\d.]+) s: startup [\d.]+, import [\d.]+, reuse check [\d.]+, "
+                     r"passes [\d.]+, "
                      r"scheduling [\d.]+, TIR lowering [\d.]+, codegen [\d.]+, export [\d.]+, "
                      r"reference outputs [\d.]+, other [\d.]+$", result.stderr, re.MULTILINE)
     assert line, result.stderr[-2000:]

@@ -180,3 +180,45 @@ def test_inspect_profile_times_every_kernel_with_its_implementation():
     assert [k["ms"] for k in kernels] == sorted((k["ms"] for k in kernels), reverse=True)
     convs = [k for k in kernels if "conv2d" in k["kernel"]]
     assert convs and all(k["implementation"] == "cpu.conv2d" and k["gflops"] > 0 for k in convs)
+
+
+def test_the_same_build_again_keeps_the_folder_and_any_change_builds_anew(tmp_path):
+    """``tvmfuse build`` into a folder holding the build it would write (the same model and
+    weights, options, target, records and tvmfuse: the manifest's ``build_key``) keeps it, and
+    verifies it when asked; other weights, another option, ``--no-cache`` or a library that is
+    not the one the manifest describes each compile again."""
+    factory = tmp_path / "net.py"
+    source = """
+import torch
+
+def model():
+    torch.manual_seed({seed})
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+"""
+    factory.write_text(source.format(seed=0))
+    folder = tmp_path / "out"
+    kept = "holds this build already"
+
+    def build(*extra):
+        result = run_cli("build", f"{factory}:model", "--input-shape", "2,8", "-o", str(folder),
+                         *extra)
+        assert result.returncode == 0, result.stderr
+        return result.stderr, json.loads((folder / "manifest.json").read_text())
+
+    log, first = build()
+    assert kept not in log and len(first["build_key"]) == 64
+    log, again = build("--verify")
+    assert kept in log and "verified 1 output" in log and "compiling" not in log
+    assert again["created"] == first["created"] and again["verification"]["checks"]
+    log, fp16 = build("--dtype", "fp16")  # another option
+    assert kept not in log and fp16["build_key"] != first["build_key"]
+    log, _ = build("--dtype", "fp16", "--no-cache")
+    assert kept not in log
+    factory.write_text(source.format(seed=1))  # other weights, same structure
+    log, reseeded = build("--dtype", "fp16")
+    assert kept not in log and reseeded["build_key"] not in (fp16["build_key"], first["build_key"])
+    with open(folder / "model.so", "ab") as library:  # no longer the library the manifest names
+        library.write(b"\0")
+    log, _ = build("--dtype", "fp16")
+    assert kept not in log
+    assert kept in build("--dtype", "fp16")[0]

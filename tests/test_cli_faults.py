@@ -143,7 +143,8 @@ def test_a_full_disk_during_build_is_one_line_and_changes_nothing(good, tmp_path
 
     monkeypatch.setattr(TargetSpec, "export", export)
     with caplog.at_level(logging.INFO):
-        assert main(["build", "tiny-resnet", "-o", str(folder)]) == 2
+        # --no-cache: the same build as the folder's, compiled again rather than kept
+        assert main(["build", "tiny-resnet", "-o", str(folder), "--no-cache"]) == 2
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [f"cannot write the build {folder}: No space left on device (nothing was "
                       f"changed there); free space on its disk or choose another -o"]
@@ -168,7 +169,7 @@ def test_a_build_onto_a_full_disk_is_one_line_and_changes_nothing(good, tmp_path
         before = {p.name: p.read_bytes() for p in (disk / "build").iterdir()}
         free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
         (disk / "filler").write_bytes(bytes(free - 16 * 1024))
-        result = run_cli("build", "tiny-resnet", "-o", str(disk / "build"))
+        result = run_cli("build", "tiny-resnet", "-o", str(disk / "build"), "--no-cache")
         _one_error_line(result, f"cannot write the build {disk / 'build'}: No space left on "
                                 f"device")
         assert {p.name: p.read_bytes() for p in (disk / "build").iterdir()} == before

@@ -172,6 +172,8 @@ def _manifest(compiled: Compiled, folder: Path) -> dict:
         # what runtime.load checks before it maps the library (a truncated one is a SIGBUS);
         # check.npz is not pinned: a user may replace the reference it holds
         "files": {runtime.LIBRARY: runtime.file_digest(folder / runtime.LIBRARY)},
+        # what the build depends on (tvmfuse.reuse): the same build again keeps this folder
+        "build_key": compiled.build_key,
         # float16: a fp16 build, its inputs and outputs float32 (see `tvmfuse build --dtype`);
         # verification accepts that precision's error
         "precision": compiled.precision,

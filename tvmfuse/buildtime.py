@@ -14,18 +14,21 @@ from . import pipeline
 
 #: The stages outside the pipeline's phases, in the order a build runs them. ``startup`` loads
 #: PyTorch, TVM and tvmfuse's compiler (the command line's, before the import); ``database`` reads
-#: the tuning records; ``analysis`` is tvmfuse's own reading of each phase's output (kernels,
-#: fusion groups, IR dumps); ``tir_lower`` is TVM's TIR pipeline over the scheduled kernels;
-#: ``codegen`` writes LLVM's machine code and the CUDA C (``target.build.*``); ``cuda_compile``
-#: turns the CUDA C into a binary (NVRTC or nvcc, or the kernel cache); ``export`` links the
-#: shared library; ``reference`` runs the model in PyTorch (or ONNX Runtime) for ``check.npz``.
-STAGES = ("startup", "import", "calibrate", "database", *pipeline.PHASES, "analysis",
+#: the tuning records; ``reuse`` digests what the build depends on, to keep an unchanged
+#: earlier build (:mod:`tvmfuse.reuse`); ``analysis`` is tvmfuse's own reading of each phase's
+#: output (kernels, fusion groups, IR dumps); ``tir_lower`` is TVM's TIR pipeline over the
+#: scheduled kernels; ``codegen`` writes LLVM's machine code and the CUDA C (``target.build.*``);
+#: ``cuda_compile`` turns the CUDA C into a binary (NVRTC or nvcc, or the kernel cache);
+#: ``export`` links the shared library; ``reference`` runs the model in PyTorch (or ONNX
+#: Runtime) for ``check.npz``.
+STAGES = ("startup", "import", "reuse", "calibrate", "database", *pipeline.PHASES, "analysis",
           "tir_lower", "codegen", "cuda_compile", "export", "reference")
 
 #: How the one-line report groups the stages: (label, stages).
 _GROUPS = (
     ("startup", ("startup",)),
     ("import", ("import",)),
+    ("reuse check", ("reuse",)),
     ("int8 calibration", ("calibrate",)),
     ("passes", ("fold", "canonicalize", "fuse_patterns", "legalize", "fuse_ops",
                 "verify_fusion", "fuse_tir", "prepack", "lower", "analysis")),

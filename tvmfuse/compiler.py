@@ -105,6 +105,9 @@ class Compiled:
     precision: str = "float32"
     #: Seconds per stage of the build (export is added when the build folder is written).
     times: BuildTimes = field(default_factory=BuildTimes)
+    #: What the build depends on, as :func:`tvmfuse.reuse.build_key` digests it (None: not
+    #: computed); the manifest keeps it so that the same build again can keep this one.
+    build_key: str | None = None
 
     @property
     def database(self) -> Path | None:

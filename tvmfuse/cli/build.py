@@ -55,11 +55,11 @@ def handle(args: argparse.Namespace) -> int:
     options = build_options(args)
     from ..artifact import check_destination  # noqa: PLC0415 - light: before the heavy imports
 
-    check_destination(args.output)
+    out = check_destination(args.output)
     check_rpc(args.rpc)
     if args.bench:
         env.short_openmp_spin()  # before torch is imported
-    from .. import api  # noqa: PLC0415 - torch and TVM: only once the arguments are checked
+    from .. import api, reuse  # noqa: PLC0415 - torch and TVM: once the arguments are checked
     from ..buildtime import BuildTimes  # noqa: PLC0415
     from ..verify import record, verify, verify_agreement  # noqa: PLC0415
 
@@ -72,7 +72,10 @@ def handle(args: argparse.Namespace) -> int:
     times.add("startup", time.perf_counter() - begun)
     with times.measure("import"):
         model = api.import_model(args.model, **import_arguments(args))
-    compiled = api.compile_model(model, target, options, times=times)
+    key = None
+    if options.cache and options.dump_ir is None:  # a dump asks for the pipeline to run
+        with times.measure("reuse"):
+            key = reuse.build_key(model, target, options)
     loaded = {}
     after = {}  # seconds of the checks after the build, for the report's line
 
@@ -91,7 +94,15 @@ def handle(args: argparse.Namespace) -> int:
                      len(checks), model.reference_name, worst.rel_err, worst.name, peer)
             after["verify"] = time.perf_counter() - start
 
-    api.build(compiled, args.output, check=check if args.verify or args.bench else None)
+    if key is not None and reuse.unchanged(out, key):
+        log.info("%s holds this build already (the same model, options, target, tuning records "
+                 "and tvmfuse): kept it; --no-cache builds it again", out)
+        if args.verify or args.bench:
+            check(out)
+    else:
+        compiled = api.compile_model(model, target, options, times=times)
+        compiled.build_key = key
+        api.build(compiled, out, check=check if args.verify or args.bench else None)
     log.info("%s", times.line(after))
     if args.bench:
         _bench(loaded["deployed"], model, target, args.repeat)
