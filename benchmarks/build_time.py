@@ -6,9 +6,10 @@ for ``benchmarks/report.py`` in ``benchmarks/results/<machine-kind>/build-time.j
 
 Each model is built twice with ``python -m tvmfuse build MODEL --no-db``, each time in a process
 of its own: first with an empty kernel cache (``TVMFUSE_KERNEL_CACHE`` a new folder: cold), then
-again unchanged with that cache (rebuilt). A record holds the process's wall time (the
-interpreter's start included) and the build's own seconds per stage from its manifest
-(``build_seconds``, see ``tvmfuse/buildtime.py``). On the GPU host, from the project root:
+again unchanged with that cache into the same folder (rebuilt: tvmfuse keeps the folder, see
+``tvmfuse/reuse.py``). A record holds the process's wall time (the interpreter's start included)
+and the build's own seconds per stage from its manifest (``build_seconds``, or ``kept``'s for a
+build that kept the folder; see ``tvmfuse/buildtime.py``). On the GPU host, from the project root:
 ``bash benchmarks/gpu.sh python3 benchmarks/build_time.py --target cuda-sm90 --dtype fp16
 --kind h100 --json $OUT/build-time.json``.
 """
@@ -44,6 +45,8 @@ def build(model: str, target: str | None, dtype: str, out_dir: Path, cache: Path
     if done.returncode != 0:
         return {"error": (done.stderr.strip().splitlines() or ["(no output)"])[-1]}
     manifest = json.loads((out_dir / "manifest.json").read_text())
+    if "kept" in manifest:  # the folder held this build already: this run's seconds
+        return {"wall_s": round(wall, 2), "kept": True, **manifest["kept"]["build_seconds"]}
     return {"wall_s": round(wall, 2), **manifest["build_seconds"]}
 
 

@@ -392,12 +392,14 @@ def build_time_table(kind: str, data: dict) -> list[str]:
                         [""] * len(BUILD_STAGES))
             continue
         stages = build["stages"]
-        rows.append([build["model"], build["run"], f"{build['wall_s']:.1f}"] +
+        run = f"{build['run']}, kept" if build.get("kept") else build["run"]
+        rows.append([build["model"], run, f"{build['wall_s']:.1f}"] +
                      [f"{sum(stages.get(s, 0.0) for s in group):.1f}"
                       for _, group in BUILD_STAGES])
     out = [f"**Build time** (`tvmfuse build --no-db`, {data['dtype']}, target {data['target']}, "
            f"{data['cores']} cores; seconds: the process's wall time, then the build's stages; "
-           "`rebuilt`: the same build again, unchanged, with the kernel cache the first filled):",
+           "`rebuilt`: the same build again, unchanged, into the same folder, with the kernel "
+           "cache the first filled; `kept`: tvmfuse kept the folder, its build unchanged):",
            ""]
     out += table(["model", "run", "wall s", *(label for label, _ in BUILD_STAGES)], rows,
                  right_from=2)

@@ -210,6 +210,9 @@ def model():
     log, again = build("--verify")
     assert kept in log and "verified 1 output" in log and "compiling" not in log
     assert again["created"] == first["created"] and again["verification"]["checks"]
+    assert "kept" not in first and again["build_seconds"] == first["build_seconds"]
+    kept_stages = again["kept"]["build_seconds"]["stages"]
+    assert "reuse" in kept_stages and "fold" not in kept_stages
     log, fp16 = build("--dtype", "fp16")  # another option
     assert kept not in log and fp16["build_key"] != first["build_key"]
     log, _ = build("--dtype", "fp16", "--no-cache")

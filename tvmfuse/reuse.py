@@ -9,12 +9,14 @@ and of an int8 build's calibration inputs, and the versions of TVM and of tvmfus
 (every file of the package, the schedules included). The manifest keeps the key beside the
 library's size; a folder whose manifest holds the same key and whose library has that size is
 the build the command would write (``tvmfuse run`` checks the library's digest when it loads
-it). ``--no-cache`` compiles afresh.
+it); keeping it adds ``kept`` to the manifest (when, and that build's seconds per stage).
+``--no-cache`` compiles afresh.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import functools
 import hashlib
 import json
@@ -66,6 +68,19 @@ def source_digest() -> str:
         digest.update(path.relative_to(package).as_posix().encode() + b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def record_kept(out_dir: Path, times) -> None:
+    """Note in ``out_dir``'s manifest that a build kept it, with that build's seconds per stage
+    (the manifest's own ``build_seconds`` stay those of the build that wrote the library)."""
+    path = out_dir / runtime.MANIFEST
+    manifest = json.loads(path.read_text())
+    manifest["kept"] = {
+        "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "build_seconds": times.to_json()}
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    staged.write_text(json.dumps(manifest, indent=2) + "\n")
+    staged.replace(path)  # a reader sees the old manifest or the new one, whole
 
 
 def unchanged(out_dir: Path, key: str) -> bool:
