@@ -15,7 +15,8 @@
 #   bash benchmarks/gpu.sh COMMAND...   any command, e.g. python3 -m tvmfuse bench vit --target
 #                                       cuda-sm90 --dtype fp16 --json $OUT/vit-fp16-b1.json
 # JSON goes to $OUT (default /tmp/gpu); copy it to benchmarks/results/<gpu>/ with the machine,
-# commit and command (benchmarks/report.py's docstring) and run benchmarks/report.py.
+# commit and command (benchmarks/report.py's docstring) and run benchmarks/report.py. The host's
+# git HEAD is not the tree it ran (the copy's .git lags): name the commit the call carried.
 set -o pipefail
 OUT=${OUT:-/tmp/gpu}; mkdir -p "$OUT"
 for stage in .device/*/stage.sh; do
@@ -27,6 +28,9 @@ ENGINES=${ENGINES:-tvmfuse,torch-compile-cudagraphs}
 bench() {  # model dtype batch; a ResNet-50 build takes about two minutes on the host
     timeout 290 python3 -m tvmfuse bench "$1" --target cuda-sm90 --dtype "$2" --batch "$3" \
         --no-db --engines "$ENGINES" --json "$OUT/$1-$2-b$3.json" 2>&1 | grep -v Warning | tail -9
+}
+gpu_kind() {  # h100 or h200, as benchmarks/results/ names the GPU kinds
+    nvidia-smi --query-gpu=name --format=csv,noheader | grep -oE 'H[0-9]00' | head -1 | tr H h
 }
 check() {  # name seconds command...: one check, its log in $OUT, its last lines here
     local name=$1 limit=$2 start; shift 2; start=$(date +%s)
@@ -56,11 +60,10 @@ coverage) shift
     # eight model types at a time, each build on two of the host's 16 cores
     [ -f "$OUT/coverage.json" ] || cp benchmarks/results/h100/coverage.json "$OUT/" 2>/dev/null
     TVM_NUM_THREADS=2 python3 benchmarks/coverage.py --target cuda-sm90 --dtype fp16 --paths torch \
-        --jobs 8 --timeout 240 --resume --kind gpu --json "$OUT/coverage.json" "$@" 2>&1 |
+        --jobs 8 --timeout 240 --resume --kind "$(gpu_kind)" --json "$OUT/coverage.json" "$@" 2>&1 |
         grep -vE "^\s+torch: verified" ;;
-build-time) python3 benchmarks/build_time.py --target cuda-sm90 --dtype fp16 \
-    --kind "$(nvidia-smi --query-gpu=name --format=csv,noheader | grep -oE 'H[0-9]00' | head -1 |
-              tr H h)" --json "$OUT/build-time.json" ;;
+build-time) python3 benchmarks/build_time.py --target cuda-sm90 --dtype fp16 --kind "$(gpu_kind)" \
+    --json "$OUT/build-time.json" ;;
 "") echo "usage: gpu.sh models|checks|build-time|gemm|conv|row-norm|COMMAND..." >&2; exit 2 ;;
 *) "$@" ;;
 esac

@@ -448,15 +448,15 @@ def gpu_section(kind: str, files: dict[str, dict]) -> list[str]:
     precision = ["float16", "bfloat16", "float32"]
     reports = sorted(zoo_files(files), key=lambda d: (precision.index(d["dtype"]),
                                                       model_name(d), d["batch"]))
-    out = [f"## {MACHINES.get(kind, kind)} (`{kind}`)", "",
-           "**Whole models on the GPU** (`tvmfuse bench --target cuda-sm90 --no-db`, CUDA events, "
-           "medians; fp32 is strict, TF32 off):", ""]
-    out += bench_table(reports, "model, precision, batch", zoo_label) + [""]
-    out += provenance(kind, reports)
-    if "build-time" in files:
-        out += [""] + build_time_table(kind, files["build-time"])
-    if "coverage" in files:
-        out += [""] + coverage_table(kind, files["coverage"])
+    out = [f"## {MACHINES.get(kind, kind)} (`{kind}`)", ""]
+    if reports:
+        out += ["**Whole models on the GPU** (`tvmfuse bench --target cuda-sm90 --no-db`, CUDA "
+                "events, medians; fp32 is strict, TF32 off):", ""]
+        out += bench_table(reports, "model, precision, batch", zoo_label) + [""]
+        out += provenance(kind, reports)
+    for name, section in (("build-time", build_time_table), ("coverage", coverage_table)):
+        if name in files:
+            out += ([""] if out[-1] else []) + section(kind, files[name])
     return out
 
 

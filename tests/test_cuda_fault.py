@@ -154,16 +154,23 @@ def _faulting_build(monkeypatch, target):
 
 #: A process that runs the library and prints the one line ``describe`` makes of its error (a
 #: process of its own: a kernel's fault leaves the CUDA context unusable for the tests after it).
+#: A user's run of the library as ``tvmfuse run`` makes it (launches asynchronous, one sync at
+#: the end), then the line it reports.
 _RUN_AND_DESCRIBE = textwrap.dedent("""
     import sys
     import numpy as np
+    import tvm
+    from tvm import relax
     from tvmfuse import cuda_fault
     library, inputs = sys.argv[1:3]
+    with np.load(inputs) as saved:
+        arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
+    device = tvm.cuda(0)
     try:
-        cuda_fault._run_once(library, inputs)
+        vm = relax.VirtualMachine(tvm.runtime.load_module(library), device)
+        vm["main"](*[tvm.runtime.tensor(a, device) for a in arrays])
+        device.sync()
     except Exception as err:
-        with np.load(inputs) as saved:
-            arrays = [saved[f"arr_{i}"] for i in range(len(saved.files))]
         print(cuda_fault.describe(err, library, arrays))
 """)
 
