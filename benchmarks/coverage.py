@@ -33,8 +33,10 @@ import sys
 import tempfile
 import traceback
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+
+from report import commit
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = 0
@@ -377,6 +379,7 @@ def build_and_verify(model, out_dir: Path, target: str | None, dtype: str) -> No
 
     compiled = stage("compile", api.compile_model, model, api.get_target(target),
                      api.BuildOptions(use_database=False, dtype=DTYPES[dtype]))
+
     def check(staged: Path) -> None:
         stage("verify", verify, stage("load", api.load, staged), model)
 
@@ -485,12 +488,6 @@ def summary(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                          text=True)
-    return done.stdout.strip() or "unknown"
-
-
 def write(out: Path, kind: str, reproduce: str, records: list[dict], target: str | None = None,
           dtype: str = "fp32") -> None:
     causes = Counter(r[p]["cause"] for r in records for p in ("torch", "onnx")
@@ -502,6 +499,12 @@ def write(out: Path, kind: str, reproduce: str, records: list[dict], target: str
                                "coverage": records}, indent=1) + "\n")
 
 
+def in_sweep_order(records) -> list[dict]:
+    """``records`` in the order the sweep takes their model types (:func:`model_types`)."""
+    order = {model_type: index for index, model_type in enumerate(model_types())}
+    return sorted(records, key=lambda r: order.get(r["type"], len(order)))
+
+
 def merge(out: Path, kind: str, parts: list[Path], target: str | None, dtype: str) -> int:
     """File the records of ``parts`` into ``out`` by model type (a part's record replaces the one
     ``out`` held), in the sweep's order, and print the summary."""
@@ -509,8 +512,7 @@ def merge(out: Path, kind: str, parts: list[Path], target: str | None, dtype: st
     by_type = {r["type"]: r for r in held["coverage"]}
     for part in parts:
         by_type.update((r["type"], r) for r in json.loads(part.read_text())["coverage"])
-    order = {model_type: index for index, model_type in enumerate(model_types())}
-    records = sorted(by_type.values(), key=lambda r: order.get(r["type"], len(order)))
+    records = in_sweep_order(by_type.values())
     write(out, kind, held["reproduce"], records, target, dtype)
     print(summary(records))
     print(f"wrote {out}: {len(records)} model types")
@@ -579,18 +581,18 @@ def main() -> int:
     reproduce = shlex.join(["python", "benchmarks/coverage.py", *sys.argv[1:]])
     paths = tuple(args.paths.split(","))
     todo = [t for t in types if t not in done]
-
-    def one(model_type: str) -> dict:
-        return sweep_one(model_type, args.timeout, paths, args.target, args.dtype)
-
     with ThreadPoolExecutor(args.jobs) as pool:  # each path runs in a process of its own
-        for index, record in enumerate(pool.map(one, todo)):
+        sweeps = [pool.submit(sweep_one, model_type, args.timeout, paths, args.target, args.dtype)
+                  for model_type in todo]
+        # each record written as soon as its sweep ends, so a killed run keeps every finished one
+        for index, done_sweep in enumerate(as_completed(sweeps)):
+            record = done_sweep.result()
             print(f"[{index + 1}/{len(todo)}] {record['type']}", flush=True)
             for path in paths:
                 result = record[path]
                 print(f"  {path}: " + ("verified" if result["verified"] else result["error"]),
                       flush=True)
-            records.append(record)
+            records = in_sweep_order([*records, record])
             write(out, kind, reproduce, records, args.target, args.dtype)
     print(summary(records))
     print(f"wrote {out}")

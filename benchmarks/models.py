@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from report import commit
+
 from tvmfuse import targets, zoo
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,12 +53,6 @@ def bench(name: str, engines: str, repeat: int, scratch: Path) -> dict:
         error = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         return {"model": name, "error": error}
     return json.loads(out.read_text())
-
-
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                          text=True)
-    return done.stdout.strip() or "unknown"
 
 
 def main() -> int:

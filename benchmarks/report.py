@@ -25,6 +25,7 @@ import argparse
 import difflib
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -529,15 +530,19 @@ def summary(path: Path, want: str, have: str) -> str:
             f"`python benchmarks/report.py` and commit the result")
 
 
+def commit() -> str:
+    """The checkout's commit (git's short HEAD) that results are measured at; the benchmark
+    scripts name it in their JSON."""
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True)
+    return done.stdout.strip() or "unknown"
+
+
 def file_report(path: Path) -> None:
     """Name the machine kind (``path``'s folder), the commit (HEAD) and the command in the
     ``tvmfuse bench --json`` report at ``path``, measured at this checkout."""
-    import subprocess  # noqa: PLC0415
-
     data = json.loads(path.read_text())
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                          text=True, check=True).stdout.strip()
-    stamped = {"machine": path.parent.name, "commit": head, "commit_is": "measured",
+    stamped = {"machine": path.parent.name, "commit": commit(), "commit_is": "measured",
                "reproduce": "python -m " + data["command"]}
     path.write_text(json.dumps({**stamped, **{k: v for k, v in data.items()
                                               if k not in stamped}}, indent=2) + "\n")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 import errno
 import glob
-import hashlib
 import json
 import logging
 import os
@@ -199,7 +198,4 @@ def _database_json(databases: tuple[Path, ...]) -> dict | None:
     """The first database a build applied (the user's where there are two), with its digest."""
     if not databases:
         return None
-    digest = hashlib.sha256()
-    for name in tuning_db.FILES:
-        digest.update((databases[0] / name).read_bytes())
-    return {"path": str(databases[0]), "sha256": digest.hexdigest()}
+    return {"path": str(databases[0]), "sha256": tuning_db.digest(databases[0])}

@@ -49,8 +49,7 @@ def build_key(model, target, options) -> str:
              "tvmfuse": source_digest()}
     digest.update(json.dumps(facts, sort_keys=True).encode())
     for database in lookup.build_databases(target, options.database, options.use_database):
-        for name in tuning_db.FILES:
-            digest.update((Path(database) / name).read_bytes())
+        digest.update(tuning_db.digest(database).encode())
     if options.calibrate is not None:
         digest.update(Path(options.calibrate).read_bytes())
     return digest.hexdigest()

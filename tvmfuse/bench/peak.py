@@ -13,6 +13,8 @@ from tvm.script import tirx as T
 
 #: Two bf16 ones in one int32 lane: the pair :func:`dot_loop` multiplies by itself each step.
 _ONE_PAIR = 0x3F803F80
+#: Steps of the peak loops: each thread runs its chains of vector instructions this many times.
+STEPS = 200_000
 
 
 def measure_peak_gflops(target, threads: int, dtype: str = "float32") -> float:
@@ -30,9 +32,8 @@ def measure_peak_gflops(target, threads: int, dtype: str = "float32") -> float:
     if target.is_gpu:
         return _cuda_sgemm_gflops(8192)
     if dtype == "bfloat16" and target.vector is not None and target.vector.dot_bf16:
-        library, args = dot_loop(target, threads)
-        return _gflops(library, args, flops_per_lane_step=4, steps=200_000)
-    return _fma_loop_gflops(target, threads)
+        return _gflops(*dot_loop(target, threads), flops_per_lane_step=4, steps=STEPS)
+    return _gflops(*fma_loop(target, threads), flops_per_lane_step=2, steps=STEPS)
 
 
 def _gflops(library, args, flops_per_lane_step: int, steps: int) -> float:
@@ -42,13 +43,13 @@ def _gflops(library, args, flops_per_lane_step: int, steps: int) -> float:
     return flops_per_lane_step * math.prod(args[0].shape) * steps / seconds / 1e9
 
 
-def _fma_loop_gflops(target, threads: int, chains: int | None = None,
-                     steps: int = 200_000) -> float:
-    library, args = fma_loop(target, threads, chains, steps)
-    return _gflops(library, args, flops_per_lane_step=2, steps=steps)
+def _chains(target) -> int:
+    """Independent vector accumulators a peak loop keeps: as many as leave four of the vector
+    registers free (see :func:`fma_loop`)."""
+    return min(16, target.vector.registers - 4) if target.vector is not None else 16
 
 
-def fma_loop(target, threads: int, chains: int | None = None, steps: int = 200_000):
+def fma_loop(target, threads: int, chains: int | None = None, steps: int = STEPS):
     """The FMA-only kernel :func:`measure_peak_gflops` times, built for ``target``: the library
     and its arguments (``b``, then the accumulators written at the end). ``chains`` independent
     accumulators, by default as many as leave four of the vector registers free (16 on AVX-512;
@@ -56,7 +57,7 @@ def fma_loop(target, threads: int, chains: int | None = None, steps: int = 200_0
     ran at a third of 12 chains' rate)."""
     lanes = target.vector.lanes if target.vector is not None else 1
     if chains is None:
-        chains = min(16, target.vector.registers - 4) if target.vector is not None else 16
+        chains = _chains(target)
     # acc = acc * 0.999 + b, a reduction TE can express: one FMA per step
     decay = te.comm_reducer(lambda acc, b: acc * tirx.const(0.999, "float32") + b,
                             lambda dtype: tirx.const(0.0, dtype), name="decay")
@@ -81,14 +82,14 @@ def fma_loop(target, threads: int, chains: int | None = None, steps: int = 200_0
     return getattr(library, "mod", library), args
 
 
-def dot_loop(target, threads: int, steps: int = 200_000):
+def dot_loop(target, threads: int, steps: int = STEPS):
     """A kernel of nothing but AVX-512 BF16 pair dot products (``vdpbf16ps``, through
     :mod:`tvmfuse.schedules.cpu.bf16_dot`'s function), built for ``target``: each thread adds
     ``1 * 1 + 1 * 1`` to as many 16-lane float32 accumulators as :func:`fma_loop` keeps, ``steps``
     times. The library and its arguments (the accumulators' start, then their end)."""
     from ..schedules.cpu import bf16_dot  # noqa: PLC0415 - the bf16 build's own instruction
 
-    lanes, chains = bf16_dot.LANES, min(16, target.vector.registers - 4)
+    lanes, chains = bf16_dot.LANES, _chains(target)
     pair = T.broadcast(T.int32(_ONE_PAIR), lanes)
 
     @T.prim_func

@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -114,6 +115,14 @@ class Database:
 
 def has_database(folder: Path) -> bool:
     return all((Path(folder) / name).is_file() for name in FILES)
+
+
+def digest(folder: Path) -> str:
+    """The SHA-256 of the database in ``folder``: its files' contents, in :data:`FILES` order."""
+    sha = hashlib.sha256()
+    for name in FILES:
+        sha.update((Path(folder) / name).read_bytes())
+    return sha.hexdigest()
 
 
 def require(folder: Path) -> None:
