@@ -554,6 +554,9 @@ def main() -> int:
     parser.add_argument("--paths", default="torch,onnx",
                         help="comma-separated: torch, onnx (default both)")
     parser.add_argument("--jobs", type=int, default=1, help="model types swept at a time")
+    parser.add_argument("--exported-in", type=Path, metavar="JSON",
+                        help="sweep only the model types this sweep's JSON exported through "
+                             "torch.export (the GPU sweep skips those that fail before a build)")
     parser.add_argument("--merge", type=Path, nargs="+", metavar="PART",
                         help="file these sweeps' records into the JSON by type, then exit")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -571,6 +574,10 @@ def main() -> int:
         if unknown:
             parser.error(f"not a model type of AutoModel: {', '.join(unknown)}")
         types = [t for t in types if t in args.only.split(",")]
+    if args.exported_in:
+        exported = {r["type"] for r in json.loads(args.exported_in.read_text())["coverage"]
+                    if r.get("torch", {}).get("exported")}
+        types = [t for t in types if t in exported]
     types = types[args.offset:][:args.limit]
     kind = args.kind or machine_kind()
     out = args.json or REPO / "benchmarks" / "results" / kind / "coverage.json"

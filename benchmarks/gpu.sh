@@ -57,10 +57,12 @@ gemm) python3 benchmarks/cuda_gemm.py --no-dlight --json "$OUT/cuda-gemm.json" ;
 conv) python3 benchmarks/cuda_conv.py --json "$OUT/cuda-conv.json" ;;
 row-norm) python3 benchmarks/cuda_row_norm.py --json "$OUT/cuda-row-norm.json" ;;
 coverage) shift
-    # eight model types at a time, each build on two of the host's 16 cores
-    [ -f "$OUT/coverage.json" ] || cp benchmarks/results/h100/coverage.json "$OUT/" 2>/dev/null
+    # JOBS model types at a time (default eight, each build on two of the host's 16 cores), only
+    # those the CPU sweep CPU_SWEEP exported (the rest fail before a build, on any target)
+    [ -f "$OUT/coverage.json" ] || cp "benchmarks/results/$(gpu_kind)/coverage.json" "$OUT/" 2>/dev/null
     TVM_NUM_THREADS=2 python3 benchmarks/coverage.py --target cuda-sm90 --dtype fp16 --paths torch \
-        --jobs 8 --timeout 240 --resume --kind "$(gpu_kind)" --json "$OUT/coverage.json" "$@" 2>&1 |
+        --jobs "${JOBS:-8}" --timeout 240 --resume --kind "$(gpu_kind)" --json "$OUT/coverage.json" \
+        --exported-in "${CPU_SWEEP:-benchmarks/results/zen4/coverage.json}" "$@" 2>&1 |
         grep -vE "^\s+torch: verified" ;;
 build-time) python3 benchmarks/build_time.py --target cuda-sm90 --dtype fp16 --kind "$(gpu_kind)" \
     --json "$OUT/build-time.json" ;;
