@@ -116,3 +116,49 @@ def test_head_has_no_transpose_kernel_and_matches_pytorch(tmp_path):
     (out,) = api.load(api.build(compiled, tmp_path / "out")).run([x.numpy()])
     with torch.no_grad():
         np.testing.assert_allclose(out, module(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+class DecodeHead(nn.Module):
+    """SegFormer's decode head at an awkward size: two token maps ``[1, H*W, C]`` (7x5 and 4x3)
+    made NCHW, upsampled to 7x5, concatenated over channels and mixed by a 1x1 conv; then a
+    depthwise conv between token maps, as its Mix-FFN has one."""
+
+    def __init__(self, channels=24):
+        super().__init__()
+        self.mix = nn.Conv2d(2 * channels, channels, 1)
+        self.depthwise = nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+
+    def forward(self, a, b):
+        maps = [t.transpose(1, 2).reshape(1, -1, h, w) for t, (h, w) in ((a, (7, 5)), (b, (4, 3)))]
+        maps = [nn.functional.interpolate(m, size=(7, 5), mode="bilinear", align_corners=False)
+                for m in maps]
+        mixed = torch.relu(self.mix(torch.cat(maps, dim=1)))  # [1, C, 7, 5]
+        tokens = mixed.flatten(2).transpose(1, 2)  # [1, 35, C]
+        return self.depthwise(tokens.transpose(1, 2).reshape(1, -1, 7, 5)).flatten(2).transpose(1, 2)
+
+
+def test_an_upsampled_decode_head_concatenates_and_convolves_in_nhwc(tmp_path):
+    """The convs' NHWC permute moves up through the concatenation and the resizes (which resize
+    in NHWC) and folds with each token map's transpose and reshape: no kernel transposes, and the
+    1x1 conv's and the depthwise conv's kernels read their inputs as given."""
+    torch.manual_seed(0)
+    module = DecodeHead().eval()
+    a, b = torch.randn(1, 35, 24), torch.randn(1, 12, 24)
+    model = api.import_torch(module, [a, b])
+    mod, _ = api.analyze(model, api.get_target(HOST), api.BuildOptions(use_database=False),
+                         until="canonicalize")
+    resizes = [c for c in _calls(mod["main"]) if c.op.name == "relax.image.resize2d"]
+    assert [str(c.attrs.layout) for c in resizes] == ["NHWC", "NHWC"]
+    compiled = api.compile_model(model, api.get_target(HOST), api.BuildOptions(use_database=False))
+    assert not any("transpose" in k or "permute" in k for k in compiled.analysis.kernels), \
+        compiled.analysis.kernels
+    (out,) = api.load(api.build(compiled, tmp_path / "out")).run([a.numpy(), b.numpy()])
+    with torch.no_grad():
+        np.testing.assert_allclose(out, module(a, b).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def _calls(func):
+    found = []
+    relax.analysis.post_order_visit(func, lambda e: found.append(e) if isinstance(
+        e, relax.Call) and isinstance(e.op, tvm.ir.Op) else None)
+    return found

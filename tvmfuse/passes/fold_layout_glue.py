@@ -9,6 +9,15 @@ A model that takes NHWC and permutes it to NCHW for its first conv met the layou
 NCHW -> NHWC permute right after: two copies (a 28x28x144 depthwise conv's module: a 136 us
 transpose kernel and the permute read inside the conv, for a 2 MFLOP conv) that are nothing.
 
+The NHWC permute a conv's layout change puts before it is moved up through the ops that take any
+layout, a concatenation and a resize (which then resizes in NHWC), to where it meets the glue that
+made the NCHW tensor: a transformer's ``[1, H*W, C]`` tokens transposed and reshaped to
+``[1, C, H, W]`` and permuted back are the same bytes, a reshape. SegFormer's decode head
+upsampled its four ``[1, H*W, 256]`` maps in NCHW, concatenated them and read the result through
+the permute inside its 1x1 conv (channels 64 KiB apart: 84 GFLOP/s where the same conv reads
+NHWC at 200); its Mix-FFN's depthwise convs each read and wrote through two transposes
+(``tvmfuse inspect segformer --profile``).
+
 Preconditions: static shapes (others are left alone); after the layout passes, before the fusion
 patterns.
 """
@@ -18,6 +27,7 @@ from __future__ import annotations
 import functools
 import operator
 
+import numpy as np
 import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
@@ -34,6 +44,11 @@ class FoldLayoutGlue:
     """Fold layout no-ops into reshapes and reductions; see the module docstring."""
 
     def transform_module(self, mod: tvm.IRModule, _ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        # the NHWC permute moved up through a concatenation, then through each part's resize
+        for op, hoist in ((_CONCAT, _through_concat), (_RESIZE, _through_resize)):
+            mod = rewrite_functions(mod, is_op("relax.permute_dims")(op),
+                                    functools.partial(hoist, uses=uses_of_values(mod)))
+        mod = rewrite_functions(mod, is_op("relax.permute_dims")(_GLUED), _glue_as_reshape)
         mod = rewrite_functions(mod, is_op("relax.permute_dims")(_FIRST), _composed_transpose)
         mod = rewrite_functions(mod, is_op("relax.permute_dims")(wildcard()), _unit_transpose)
         inner = is_op("relax.reshape")(wildcard(), wildcard())
@@ -109,3 +124,64 @@ def _unit_transpose(expr: relax.Expr, _matches) -> relax.Expr:
         return expr
     return relax.op.reshape(expr.args[0], [shape[a] for a in axes])
 
+
+
+#: A concatenation, a resize, and a reshape of a transpose: what a permute is moved through or
+#: folded with.
+_PARTS = wildcard()
+_CONCAT = is_op("relax.concat")(_PARTS)
+_RESIZE = is_op("relax.image.resize2d")(wildcard(), wildcard())
+_GLUED = is_op("relax.reshape")(_FIRST, wildcard())
+
+
+def _through_concat(expr: relax.Expr, matches, uses) -> relax.Expr:
+    """``permute_dims(concat(xs, axis), p)`` as ``concat(permute_dims(x, p) for x in xs,
+    p.index(axis))``, where the concatenation has no other use."""
+    concat, parts = matches[_CONCAT], matches[_PARTS]
+    axes = _axes(expr)
+    if axes is None or uses.get(concat, 0) != 1 or not isinstance(parts, relax.Tuple):
+        return expr
+    axis = int(concat.attrs.axis) % len(axes)
+    return relax.op.concat([relax.op.permute_dims(x, axes) for x in parts.fields],
+                           axis=axes.index(axis))
+
+
+def _through_resize(expr: relax.Expr, matches, uses) -> relax.Expr:
+    """``permute_dims(resize2d(x, layout=L), p)`` as ``resize2d(permute_dims(x, p), layout=L[p])``
+    where that layout is NHWC or NCHW (those TVM lowers) and the resize has no other use."""
+    resize = matches[_RESIZE]
+    axes, a = _axes(expr), resize.attrs
+    if axes is None or len(axes) != 4 or uses.get(resize, 0) != 1:
+        return expr
+    layout = "".join(a.layout[i] for i in axes)
+    if layout not in ("NHWC", "NCHW"):
+        return expr
+    return relax.op.image.resize2d(
+        relax.op.permute_dims(resize.args[0], axes), resize.args[1],
+        roi=[float(r) for r in a.roi], layout=layout, method=a.method,
+        coordinate_transformation_mode=a.coordinate_transformation_mode,
+        rounding_method=a.rounding_method, cubic_alpha=float(a.cubic_alpha),
+        cubic_exclude=int(a.cubic_exclude), extrapolation_value=float(a.extrapolation_value),
+        out_dtype=a.out_dtype or None)
+
+
+#: The most elements :func:`_glue_as_reshape` follows through its transposes.
+_GLUE_ELEMENTS = 1 << 24
+
+
+def _glue_as_reshape(expr: relax.Expr, matches) -> relax.Expr:
+    """``permute_dims(reshape(permute_dims(x, a), s), b)`` as ``reshape(x, ...)`` where the three
+    leave every element in its place in memory order (a ``[1, H*W, C]`` map transposed to
+    channels first, reshaped to ``[1, C, H, W]`` and permuted to NHWC is ``[1, H, W, C]``):
+    checked by following each element's index through them."""
+    reshape, first = matches[_GLUED], matches[_FIRST]
+    source = static_shape(first.args[0].ty.shape)
+    middle = static_shape(reshape.ty.shape)
+    inner, outer = _axes(first), _axes(expr)
+    if None in (source, middle, inner, outer) or np.prod(source) > _GLUE_ELEMENTS:
+        return expr
+    index = np.arange(np.prod(source), dtype=np.int32).reshape(source)
+    moved = index.transpose(inner).reshape(middle).transpose(outer)
+    if not np.array_equal(moved.ravel(), index.ravel()):
+        return expr
+    return relax.op.reshape(first.args[0], list(moved.shape))
