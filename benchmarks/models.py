@@ -2,11 +2,13 @@
 untuned (``--no-db``), tvmfuse next to its peers, and one JSON of all the runs for
 ``benchmarks/report.py``: ``benchmarks/results/<machine-kind>/<set>.json``.
 
-    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/models.py [--set suite|unseen]
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/models.py [--set suite|unseen|popular]
         [NAME ...] [--engines LIST] [--repeat N] [--kind KIND] [--json OUT]
 
 ``--set suite`` (the default) runs the suite's fourteen `transformers` architectures, ``--set
-unseen`` the eight architectures no schedule was fitted to; names given run instead. A model whose
+unseen`` the eight architectures no schedule was fitted to, ``--set popular`` the coverage sweep's
+twenty most downloaded architectures at their published sizes (``tvmfuse.zoo.POPULAR``); names
+given run instead. A model whose
 bench fails is kept in the JSON with its error (``tvmfuse bench``'s last line) and the others
 still run. The machine kind is the host CPU's (zen3, zen4, zen5, emeraldrapids, ...; ``--kind``
 overrides it).
@@ -33,6 +35,12 @@ KINDS = {"znver3": "zen3", "znver4": "zen4", "znver5": "zen5"}
 SETS = {
     "suite": (tuple(zoo.SUITE), "tvmfuse,onnxruntime,torch-compile", 10),
     "unseen": (tuple(zoo.UNSEEN), "tvmfuse,onnxruntime", 7),
+    # the coverage sweep's twenty most downloaded architectures, in its order: the zoo's and
+    # the suite's where it holds them, the rest from zoo.POPULAR
+    "popular": (("bert-base", "roberta", "distilbert", "gpt2", "llama", "mistral", "qwen2", "t5",
+                 "bart", "vit", "deit", "swin", "convnext", "resnet50", "clip-vision",
+                 "whisper-encoder", "wav2vec2", "deberta-v2", "segformer", "dpt"),
+                "tvmfuse,onnxruntime", 7),
 }
 
 

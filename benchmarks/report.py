@@ -210,7 +210,10 @@ def cpu_section(kind: str, files: dict[str, dict]) -> list[str]:
         out += bench_table(zoo, "model", zoo_label) + [""] + provenance(kind, zoo)
     for name, title in (("suite", "**The suite** (14 `transformers` architectures, fp32, "
                                   "batch 1, untuned, medians of 10):"),
-                        ("unseen", "**Architectures never tuned for** (fp32, batch 1, untuned):")):
+                        ("unseen", "**Architectures never tuned for** (fp32, batch 1, untuned):"),
+                        ("popular", "**The twenty most downloaded architectures** (the coverage "
+                                    "sweep's first twenty, at their published sizes: "
+                                    "`tvmfuse build --list`; fp32, batch 1, untuned):")):
         if name in files:
             runs = files[name]["runs"]
             ratios = [engines(r)["tvmfuse"]["median_ms"] / best_peer(r)[1] for r in runs
@@ -493,7 +496,8 @@ def standings(kinds: dict[str, dict[str, dict]]) -> str:
                                  peer_label(best[0], [report]), ms(best[1]),
                                  ratio(ours["median_ms"], best[1])])
         for name, label in (("suite", "the suite (14 models), geomean"),
-                            ("unseen", "8 unseen architectures, geomean")):
+                            ("unseen", "8 unseen architectures, geomean"),
+                            ("popular", "the 20 most downloaded architectures, geomean")):
             if name in files:
                 runs = [r for r in files[name]["runs"] if "tvmfuse" in engines(r) and
                         best_peer(r)]

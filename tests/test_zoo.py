@@ -49,9 +49,10 @@ def test_an_unknown_name_is_one_error_line_listing_the_zoo_without_importing_tor
 
 def test_every_zoo_name_has_its_factory():
     pytest.importorskip("transformers")
-    from tvmfuse.zoo import suite, unseen
+    from tvmfuse.zoo import popular, suite, unseen
 
     assert set(zoo.SUITE) == set(suite.ARCHITECTURES)
     for function, _ in zoo.UNSEEN.values():
         assert callable(getattr(unseen, function))
-    assert len(zoo.names()) == len(set(zoo.names())) == 6 + 2 * 14 + 8
+    assert set(zoo.POPULAR) == set(popular.FACTORIES)
+    assert len(zoo.names()) == len(set(zoo.names())) == 6 + 2 * 14 + 8 + 8

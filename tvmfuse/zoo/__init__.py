@@ -109,6 +109,21 @@ UNSEEN = {
     "mobilevit": ("mobilevit", "MobileViT-small at 192 px"),
 }
 
+#: The most downloaded architectures beyond the suite and the classic models, at their published
+#: base sizes (:mod:`.popular`): zoo name -> what it is.
+POPULAR = {
+    "mistral": "Mistral-7B's widths and grouped-query attention, 2 of its 32 layers, logits, "
+               "sequence 128",
+    "qwen2": "Qwen2-0.5B's widths and 151936-token vocabulary, 6 of its 24 layers, logits, "
+             "sequence 64",
+    "bart": "BART-base encoder-decoder logits, sequences 61 and 13",
+    "deit": "DeiT-base at 224 px (198 tokens)",
+    "wav2vec2": "Wav2Vec2-base over one second of 16 kHz audio",
+    "deberta-v2": "DeBERTa-v3-base encoder (disentangled relative attention), sequence 93",
+    "segformer": "SegFormer-B0 semantic segmentation at 512 px",
+    "dpt": "DPT (the config's ViT-base backbone) depth estimation at 384 px",
+}
+
 
 @functools.cache
 def registry() -> dict[str, ZooModel]:
@@ -141,6 +156,8 @@ def registry() -> dict[str, ZooModel]:
                 for name in SUITE]
     entries += [ZooModel(name, description, f"unseen:{function}", needs="models")
                 for name, (function, description) in UNSEEN.items()]
+    entries += [ZooModel(name, description, "popular:build", (name,), needs="models")
+                for name, description in POPULAR.items()]
     return {e.name: e for e in entries}
 
 
