@@ -134,7 +134,8 @@ class DecodeHead(nn.Module):
                 for m in maps]
         mixed = torch.relu(self.mix(torch.cat(maps, dim=1)))  # [1, C, 7, 5]
         tokens = mixed.flatten(2).transpose(1, 2)  # [1, 35, C]
-        return self.depthwise(tokens.transpose(1, 2).reshape(1, -1, 7, 5)).flatten(2).transpose(1, 2)
+        out = self.depthwise(tokens.transpose(1, 2).reshape(1, -1, 7, 5))
+        return out.flatten(2).transpose(1, 2)
 
 
 def test_an_upsampled_decode_head_concatenates_and_convolves_in_nhwc(tmp_path):
