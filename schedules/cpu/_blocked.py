@@ -88,7 +88,8 @@ class Geometry:
     """What the choice of a tile depends on: the anchor's output ``rows`` (merged rows counted
     whole; None where symbolic) and ``cols``, its reduction ``depth``, the ``merged`` row axes
     (:func:`_row_axes`), whether it is a ``pointwise`` (1x1) conv, the ``vector`` unit (its lanes
-    within a group, :func:`_within_groups`) and whether its weights may be padded."""
+    within a group, :func:`_within_groups`), whether its weights may be padded, and whether,
+    short of any tile, the activation it reads along the columns may (:func:`_pads_operand`)."""
 
     rows: int | None
     cols: int
@@ -97,6 +98,7 @@ class Geometry:
     pointwise: bool
     vector: Vector
     pads_weights: bool
+    pads_operand: bool = False
 
 
 def register_blocked(func: tirx.PrimFunc, vector: Vector, claims: Callable[[str], bool], *,
@@ -166,7 +168,8 @@ def geometry(sch: s_tir.Schedule, anchor, vector: Vector) -> Geometry | None:
     depth = math.prod(static_extent(sch, loop) or 0 for loop in reduce) or None
     # a pointwise conv: no reduction over the map, only over the input channels
     pointwise = len(reduce) > 1 and all(static_extent(sch, loop) == 1 for loop in reduce[:-1])
-    return Geometry(rows, cols, depth, merged, pointwise, vector, _pads_weights(sch, anchor))
+    return Geometry(rows, cols, depth, merged, pointwise, vector, _pads_weights(sch, anchor),
+                    _pads_operand(rows, reduce, merged))
 
 
 def default_choice(geo: Geometry, tall: bool = False) -> tuple[Choice, Tile | None] | None:
@@ -200,6 +203,8 @@ def default_choice(geo: Geometry, tall: bool = False) -> tuple[Choice, Tile | No
         > tile_score(tile, rows, cols, vector, tall, depth)))
     if better and geo.pads_weights:
         return Choice(padded, pad_columns=True), tile
+    if tile is None and padded is not None and geo.pads_operand:
+        return Choice(padded, pad_columns=True), None
     return (Choice(tile), tile) if tile is not None else None
 
 
@@ -274,7 +279,7 @@ def block_anchor(sch: s_tir.Schedule, anchor, vector: Vector, *, epilogue: list,
         (chosen, fallback), forced = found, False
     else:
         chosen, fallback, forced = choice, None, True
-        if choice.pad_columns and not geo.pads_weights:
+        if choice.pad_columns and not (geo.pads_weights or geo.pads_operand):
             return None
     tile = chosen.tile if not chosen.pad_columns else fallback
     padded_columns = False
@@ -600,6 +605,21 @@ def _pads_weights(sch: s_tir.Schedule, anchor) -> bool:
     weights = _layout_free_weights(sch)
     along = [r.source for r in block.reads if r.region[-1].min.same_as(iters[last].var)]
     return bool(along) and all(any(b.same_as(w) for w in weights) for b in along)
+
+
+#: The fewest rows of a GEMM whose activation read along the output columns (no constant
+#: weight) is copied, zero-padded to whole tiles, on every call where no tile divides the
+#: columns: the copy is one pass over that operand, which the GEMM reads again for every row
+#: tile. DeBERTa's attention scores (12 x 93 x 64 by 64 x 93, plus its relative-position
+#: bias) ran at 6 GFLOP/s without a tile (``tvmfuse inspect deberta-v2 --profile``).
+PADDED_OPERAND_ROWS = 16
+
+
+def _pads_operand(rows: int | None, reduce: list, merged) -> bool:
+    """Whether a GEMM (one reduction loop, rows not merged) may pad the activation it reads
+    along its columns, where no tile divides them (see PADDED_OPERAND_ROWS)."""
+    return (len(reduce) == 1 and merged is None and rows is not None
+            and rows >= PADDED_OPERAND_ROWS)
 
 
 def _layout_free_weights(sch: s_tir.Schedule) -> list:

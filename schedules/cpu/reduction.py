@@ -43,14 +43,22 @@ class RowReduction(CpuRule):
         blocks = root_blocks(sch)
         if not any(is_reduction(sch, b) for b in blocks):
             return None
-        return sch if schedule_rows(sch, blocks, self.vector.lanes) else None
+        if schedule_rows(sch, blocks, self.vector.lanes):
+            return sch
+        # rows of several dimensions in groups can fail TVM's checks where a single row does
+        # not (DeBERTa's 12 x 93 softmax rows, parallel: "The reduction block vars are not used
+        # to index the output buffers"): one row at a time then
+        sch = s_tir.Schedule(func)
+        return sch if schedule_rows(sch, root_blocks(sch), self.vector.lanes, group=1) else None
 
 
-def schedule_rows(sch: s_tir.Schedule, blocks: list, lanes: int) -> bool:
+def schedule_rows(sch: s_tir.Schedule, blocks: list, lanes: int,
+                  group: int | None = None) -> bool:
     """Compute ``blocks`` (the last one elementwise, the others reducing along the rows of its
-    output) one row at a time per thread, the elementwise loops vectorized and the reductions
-    as vectors of partial results; False when they are not such row reductions. ``sch`` may be
-    changed even then: callers pass a fresh schedule."""
+    output) one row at a time per thread (``group`` rows at a time; None: :func:`_row_group`'s
+    choice), the elementwise loops vectorized and the reductions as vectors of partial results;
+    False when they are not such row reductions. ``sch`` may be changed even then: callers pass
+    a fresh schedule."""
     if is_reduction(sch, blocks[-1]):
         return False
     loops = sch.get_loops(blocks[-1])
@@ -62,7 +70,7 @@ def schedule_rows(sch: s_tir.Schedule, blocks: list, lanes: int) -> bool:
     # partial results first: rfactor refuses a block that compute_at has moved
     partials = [p for p in (_vector_partials(sch, b, lanes) for b in blocks
                             if is_reduction(sch, b)) if p is not None]
-    group = _row_group(sch, loops, row, lanes)
+    group = _row_group(sch, loops, row, lanes) if group is None else group
     try:
         rows = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
         total = static_extent(sch, rows)
@@ -70,10 +78,10 @@ def schedule_rows(sch: s_tir.Schedule, blocks: list, lanes: int) -> bool:
             rows = sch.split(rows, [None, group])[0]
         for block in reversed(root_blocks(sch)[:-1]):
             sch.compute_at(block, rows)
+        if total is None or row is None or total * row >= ROW_PARALLEL_ELEMENTS:
+            sch.parallel(rows)  # before the partial results' init is split off (parallel refuses)
     except s_tir.ScheduleError:
         return False  # a reduction that is not along the rows' innermost axis
-    if total is None or row is None or total * row >= ROW_PARALLEL_ELEMENTS:
-        sch.parallel(rows)  # before the partial results' init is split off (parallel refuses)
     vectorize_rows(sch, blocks, partials, lanes, grouped=group > 1)
     if total is not None and total % group:
         # the last group apart, the only one whose rows run past the output's

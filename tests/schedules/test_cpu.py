@@ -585,6 +585,41 @@ def test_short_rows_are_reduced_four_at_a_time(op):
         _close(_run(sch, [x, w, b] if op == "layer_norm" else [x], x.shape), want)
 
 
+def test_many_short_rows_of_several_dimensions_parallel_one_row_at_a_time():
+    """DeBERTa's softmax over [1, 12, 93, 93]: rows of two dimensions in groups of four fail
+    TVM's check when the group loop is made parallel; the rows are then reduced one at a time
+    (not left to the generic elementwise schedule). Numbers against PyTorch."""
+    from tvmfuse.strategy import whole_vectors
+
+    body, reference = ROW_OPS["softmax"]
+    x = (rng.standard_normal((1, 12, 93, 93)) * 3).astype("float32")
+    func = _kernel([("x", x.shape), ("w", (93,)), ("b", (93,))], body,
+                   whole_vectors.legalizations(VECTOR.lanes))
+    sch = cpu.RowReduction(VECTOR).apply(func, None, False)
+    assert sch is not None
+    init = [n for n in re.findall(r'T.sblock\("(\w+)"\)', sch.mod.script())
+            if n.endswith("_lanes_init")][0]
+    rows = sch.get_loops(sch.get_sblock(init))[0]
+    assert int(sch.get(rows).extent) == 12 * 93 and _kinds(sch, init)[0] == "PARALLEL"
+    _close(_run(sch, [x], x.shape), reference(torch.from_numpy(x), None, None).numpy())
+
+
+def test_a_gemm_over_an_activation_no_tile_divides_pads_it_per_call():
+    """DeBERTa's attention scores, 12 x (93 x 64 by 64 x 93) plus its relative-position bias:
+    93 columns that no vector divides, read from an activation (no weight to pad at build
+    time). The operand is copied zero-padded to whole tiles on each call and the GEMM
+    register-blocked (it ran at 6 GFLOP/s on the generic schedule). Numbers against NumPy."""
+    inputs = [("q", (12, 93, 64)), ("k", (12, 64, 93)), ("bias", (12, 93, 93))]
+    func = _kernel(inputs, lambda bb, q, k, bias: relax.op.add(
+        bb.emit(relax.op.matmul(q, k)), bias))
+    sch = cpu.Dense(VECTOR).apply(func, None, False)
+    assert sch is not None
+    assert _kinds(sch, "matmul_update")[-1] == "VECTORIZED"
+    assert _extents(sch, "matmul_update")[-1] == 16
+    q, k, bias = (rng.standard_normal(s).astype("float32") for _, s in inputs)
+    _close(_run(sch, [q, k, bias], (12, 93, 93)), q @ k + bias)
+
+
 def test_rows_under_two_vectors_keep_tvm_legalization():
     from tvmfuse.strategy import whole_vectors
 
