@@ -44,6 +44,7 @@ from .passes import (
     PointConvAsMatmul,
     PrepackWeights,
     QuantizeInt8,
+    SliceScatterAsConcat,
     StoreNarrowed,
     TransposedConvAsConv,
     VerifyFusion,
@@ -150,13 +151,15 @@ def _phases(plan: _Plan) -> list[Phase]:
             _if(rules["fold_matmul_reshape"].enabled, FoldMatmulReshape()),
             _if(rules["horizontal_matmul"].enabled,
                 MergeParallelMatmul(rules["horizontal_matmul"].max_group_size)),
-            # ToMixedPrecision cannot type clip's scalar bounds (ReLU6): decomposed first; the
+            # ToMixedPrecision cannot type clip's scalar bounds (ReLU6) nor slice_scatter's
+            # integer ones (latent attention's rotary part): both rewritten first; the
             # casts of constants it leaves (the bounds) are evaluated after it. It runs before
             # FuseAttention: it has no policy for call_tir and asked the dtype of the kernel
             # itself ("Expected TensorType, but got R.Callable"), so fp16 transformers did not
             # build.
             _if(options.dtype in ("float16", "bfloat16"), tvm.transform.Sequential([
-                DecomposeClip(), relax.transform.ToMixedPrecision(out_dtype="float16"),
+                DecomposeClip(), SliceScatterAsConcat(),
+                relax.transform.ToMixedPrecision(out_dtype="float16"),
                 _if(options.dtype == "bfloat16", NarrowToBFloat16()),
                 FoldConstantCasts(),
                 _if(rules["store_narrowed"].enabled, StoreNarrowed()),

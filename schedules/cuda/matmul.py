@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 
 import tvm
@@ -307,6 +308,8 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     auto_inline_consumer_chain(sch, to_global)
     out = sch.get(to_global).writes[0].source
     width = lanes_for(n, 16 * 8 // tvm.runtime.DataType(out.dtype).bits)
+    if width > EPILOGUE_CONSTANT_LANES and _has_float32_constant(sch.get(to_global)):
+        width = EPILOGUE_CONSTANT_LANES
     fused = sch.fuse(*sch.get_loops(to_global)[-2:])
     _, tx, lanes = sch.split(fused, [None, WARP, width])
     sch.bind(tx, "threadIdx.x")
@@ -324,6 +327,22 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     if tile.blocks_per_sm is not None:
         return s_tir.Schedule(_min_blocks_per_sm(sch.mod["main"], tile.blocks_per_sm))
     return sch
+
+
+#: The most lanes of an epilogue that computes with a float32 constant or a math intrinsic
+#: (Cohere's SiLU gate: ``sigmoid`` lowers to ``1 / (1 + exp(-x))``) on the float32
+#: accumulators: TVM's CUDA codegen prints eight float32 lanes as a ``ulonglong4``, and their
+#: constant as ``make_ulonglong4`` of eight floats, which neither nvcc nor NVRTC compiles ("too
+#: many arguments in function call"; ``benchmarks/coverage.py --target cuda-sm90 --dtype fp16``).
+EPILOGUE_CONSTANT_LANES = 4
+#: A float32 constant or an intrinsic call other than a cast, as TVMScript prints them (TVM
+#: 0.27's Python API has no TIR expression visitor).
+_CONSTANT_OR_INTRINSIC = re.compile(r"T\.float32\(|T\.(?!u?int\d+\(|b?float16\()[a-z_]+\(")
+
+
+def _has_float32_constant(block: s_tir.stmt.SBlock) -> bool:
+    """Whether ``block``'s body computes with a float32 constant or a math intrinsic."""
+    return _CONSTANT_OR_INTRINSIC.search(str(block.body)) is not None
 
 
 def _ramp_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:

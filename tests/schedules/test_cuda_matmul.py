@@ -138,6 +138,25 @@ def test_epilogue_stores_16_bytes_where_rows_allow_and_pads_the_accumulators(n, 
     assert stores and all("* 136)" in line for line in stores)
 
 
+def test_an_epilogue_with_a_math_intrinsic_stores_four_lanes_and_compiles(tmp_path):
+    """A gated MLP's up projection times SiLU(gate) (Cohere's, Gemma's): the epilogue computes
+    ``sigmoid`` in float32, which TVM's CUDA codegen printed, over eight lanes, as a
+    ``make_ulonglong4`` of eight floats that NVRTC refused; four lanes a thread compile."""
+    a = te.placeholder((256, 64), "float16", name="A")
+    b = te.placeholder((256, 64), "float16", name="B")
+    gate = te.placeholder((256, 256), "float16", name="gate")
+    r = te.reduce_axis((0, 64), "k")
+    c = te.compute((256, 256), lambda i, j: te.sum(
+        a[i, r].astype("float32") * b[j, r].astype("float32"), axis=r), name="matmul")
+    g = lambda i, j: gate[i, j].astype("float32")  # noqa: E731
+    out = te.compute(c.shape, lambda i, j: (g(i, j) * te.sigmoid(g(i, j)) * c[i, j]).astype(
+        "float16"), name="T_multiply")
+    sch = TensorCoreMatmul().apply(te.create_prim_func([a, b, gate, out]), TARGET, False)
+    source = _source(sch)
+    assert "make_ulonglong4" not in source and "*(half4*)(T_multiply_ptr" in source
+    nvcc_compiles(source, tmp_path)
+
+
 def test_blocks_per_sm_bounds_the_registers(tmp_path):
     """A tile with ``blocks_per_sm`` launches with ``__launch_bounds__(threads, blocks)``: three
     blocks of 128 threads an SM leave 170 registers a thread (the 128 x 128 tile takes about

@@ -28,6 +28,7 @@ from .point_conv_as_matmul import PointConvAsMatmul
 from .prepack_weights import PrepackWeights
 from .quantize_int8 import ObserveQuantized, QuantizeInt8
 from .simplify_bounded_shapes import SimplifyBoundedShapes
+from .slice_scatter_as_concat import SliceScatterAsConcat
 from .space_to_depth_conv import SpaceToDepthConv
 from .stack_as_concat import StackAsConcat
 from .store_narrowed import StoreNarrowed
@@ -46,6 +47,7 @@ __all__ = ["ApplyDatabase", "ApplyScheduleRules", "CompareBooleansAsIntegers", "
            "GlobalPoolToReduce", "MarkGathersInjective", "MarkWeightsLayoutFree",
            "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16", "NormalizeNegativeAxes",
            "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
-           "QuantizeInt8", "SimplifyBoundedShapes", "SpaceToDepthConv", "StackAsConcat",
-           "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms", "VerifyFusion",
-           "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
+           "QuantizeInt8", "SimplifyBoundedShapes", "SliceScatterAsConcat", "SpaceToDepthConv",
+           "StackAsConcat", "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms",
+           "VerifyFusion", "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum",
+           "WinogradConv2D"]
