@@ -115,12 +115,40 @@ def test_the_cli_reports_a_cuda_error_in_one_line_without_a_traceback(monkeypatc
         raise RuntimeError(LAUNCH)
 
     monkeypatch.setattr(cli.run, "handle", faulting)
+    monkeypatch.setattr(cuda_fault, "LOST", [])
+    ended = []  # the process is not ended here: the test runs in it
+    monkeypatch.setattr(cli, "_end_if_cuda_context_lost", ended.append)
     with caplog.at_level("INFO"):
         assert cli.main(["run", str(Path("build")), "--random"]) == 2
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert [r.getMessage() for r in errors] == [
         "CUDA error CUDA_ERROR_MISALIGNED_ADDRESS in kernel fused_conv2d_add_kernel"]
     assert errors[0].exc_info is None and "Traceback" not in capsys.readouterr().err
+    assert ended == [2] and cuda_fault.LOST == ["CUDA_ERROR_MISALIGNED_ADDRESS"]
+
+
+_END_AFTER_A_CUDA_ERROR = textwrap.dedent("""
+    import atexit
+    import sys
+    from tvmfuse import cli, cuda_fault
+    atexit.register(print, "freed at exit")  # what a lost CUDA context's deleters would do
+    if sys.argv[1] == "cuda":
+        cuda_fault.describe(RuntimeError("cudaErrorMisalignedAddress (716): misaligned address"))
+    sys.exit(cli.main(["run", "no-such-build", "--random"]))
+""")
+
+
+@pytest.mark.parametrize("error", ["cuda", "other"])
+def test_after_a_cuda_error_the_cli_ends_without_freeing(error):
+    """After a CUDA error, freeing device memory raises inside TVM's deleters, which ended the
+    process in std::terminate after the error line (on the H100). The command line then ends
+    the process at once with its exit status, nothing freed; after any other error it exits
+    as usual."""
+    child = subprocess.run([sys.executable, "-c", _END_AFTER_A_CUDA_ERROR, error],
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert child.returncode == 2, child
+    assert ("freed at exit" in child.stdout) == (error == "other"), child
+    assert "no-such-build" in child.stderr and "Traceback" not in child.stderr
 
 
 def _faulting_build(monkeypatch, target):
@@ -155,8 +183,12 @@ def _faulting_build(monkeypatch, target):
 #: A process that runs the library and prints the one line ``describe`` makes of its error (a
 #: process of its own: a kernel's fault leaves the CUDA context unusable for the tests after it).
 #: A user's run of the library as ``tvmfuse run`` makes it (launches asynchronous, one sync at
-#: the end), then the line it reports.
+#: the end, the inputs held until then), then the line it reports, and ends the process without
+#: freeing device memory, as the command line does after a CUDA error: on the H100 an input
+#: freed after the fault (a temporary of the call) raised in its deleter, and the process ended
+#: in std::terminate before any line was printed.
 _RUN_AND_DESCRIBE = textwrap.dedent("""
+    import os
     import sys
     import numpy as np
     import tvm
@@ -168,10 +200,12 @@ _RUN_AND_DESCRIBE = textwrap.dedent("""
     device = tvm.cuda(0)
     try:
         vm = relax.VirtualMachine(tvm.runtime.load_module(library), device)
-        vm["main"](*[tvm.runtime.tensor(a, device) for a in arrays])
+        args = [tvm.runtime.tensor(a, device) for a in arrays]
+        vm["main"](*args)
         device.sync()
     except Exception as err:
-        print(cuda_fault.describe(err, library, arrays))
+        print(cuda_fault.describe(err, library, arrays), flush=True)
+        os._exit(0)
 """)
 
 

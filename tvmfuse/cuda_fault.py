@@ -36,6 +36,12 @@ _KERNEL = re.compile(r"func_name=(\w+)")
 PROBE_SECONDS = 300
 
 
+#: The CUDA errors this process has described: after one the process's CUDA context is lost,
+#: and every later free of device memory raises inside a destructor (std::terminate), so the
+#: command line ends the process without freeing (:func:`tvmfuse.cli.main`).
+LOST: list[str] = []
+
+
 def cuda_error(err: BaseException | str) -> str | None:
     """The CUDA error in ``err``'s text (one line), or None when it is not a CUDA error."""
     found = _CUDA_ERROR.search(str(err))
@@ -56,6 +62,7 @@ def describe(err: BaseException, library: Path | None = None,
     error = cuda_error(err)
     if error is None:
         return None
+    LOST.append(error)
     kernel = kernel_named(str(err))
     if kernel is None and library is not None and arrays is not None:
         kernel = first_failing_kernel(library, arrays)

@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     except TvmfuseError as err:
         log.debug("details", exc_info=True)
         log.error("%s", err)
+        _end_if_cuda_context_lost(2)
         return 2
     except OSError as err:  # a file the user named: unreadable, a full disk, no permission
         log.debug("details", exc_info=True)
@@ -86,10 +87,23 @@ def main(argv: list[str] | None = None) -> int:
             raise
         log.debug("details", exc_info=True)
         log.error("%s", line)
+        _end_if_cuda_context_lost(2)
         return 2
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _end_if_cuda_context_lost(code: int) -> None:
+    """End the process with ``code`` at once where a CUDA error was reported: the lost context
+    makes every free of device memory raise, and TVM's deleters then end the process in
+    std::terminate ("terminate called after throwing an instance of 'tvm::ffi::Error'") after
+    the error line, with a core dump's exit status."""
+    fault = sys.modules.get("tvmfuse.cuda_fault")  # imported only where a CUDA error was seen
+    if fault is not None and fault.LOST:
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(code)
 
 
 #: The signal that stopped this run, once one has.
