@@ -8,10 +8,9 @@ untuned (``--no-db``), tvmfuse next to its peers, and one JSON of all the runs f
 ``--set suite`` (the default) runs the suite's fourteen `transformers` architectures, ``--set
 unseen`` the eight architectures no schedule was fitted to, ``--set popular`` the coverage sweep's
 twenty most downloaded architectures at their published sizes (``tvmfuse.zoo.POPULAR``); names
-given run instead. A model whose
-bench fails is kept in the JSON with its error (``tvmfuse bench``'s last line) and the others
-still run. The machine kind is the host CPU's (zen3, zen4, zen5, emeraldrapids, ...; ``--kind``
-overrides it).
+given run instead. A model whose bench fails is kept in the JSON with its error (``tvmfuse
+bench``'s last line) and the others still run. The machine kind is the host CPU's (zen3, zen4,
+zen5, emeraldrapids, ...; ``--kind`` overrides it).
 """
 
 from __future__ import annotations

@@ -202,22 +202,35 @@ def zoo_label(report: dict) -> str:
     return text + (f", b{report['batch']}" if report.get("batch", 1) != 1 else "")
 
 
+#: The sets of ``benchmarks/models.py``: file name -> (their table's title in BENCHMARKS.md,
+#: their row in the README's standings).
+MODEL_SETS = {
+    "suite": ("**The suite** (14 `transformers` architectures, fp32, batch 1, untuned, medians "
+              "of 10):", "the suite (14 models), geomean"),
+    "unseen": ("**Architectures never tuned for** (fp32, batch 1, untuned):",
+               "8 unseen architectures, geomean"),
+    "popular": ("**The twenty most downloaded architectures** (the coverage sweep's first "
+                "twenty, at their published sizes: `tvmfuse build --list`; fp32, batch 1, "
+                "untuned):", "the 20 most downloaded architectures, geomean"),
+}
+
+
+def set_ratios(runs: list[dict]) -> list[float]:
+    """tvmfuse's median over its best peer's, for each run of a set that has both."""
+    return [engines(r)["tvmfuse"]["median_ms"] / best_peer(r)[1] for r in runs
+            if "tvmfuse" in engines(r) and best_peer(r)]
+
+
 def cpu_section(kind: str, files: dict[str, dict]) -> list[str]:
     out = [f"## {MACHINES.get(kind, kind)} (`{kind}`)", ""]
     zoo = zoo_files(files)
     if zoo:
         out += ["**The zoo** (`tvmfuse bench`, batch 1, medians, milliseconds):", ""]
         out += bench_table(zoo, "model", zoo_label) + [""] + provenance(kind, zoo)
-    for name, title in (("suite", "**The suite** (14 `transformers` architectures, fp32, "
-                                  "batch 1, untuned, medians of 10):"),
-                        ("unseen", "**Architectures never tuned for** (fp32, batch 1, untuned):"),
-                        ("popular", "**The twenty most downloaded architectures** (the coverage "
-                                    "sweep's first twenty, at their published sizes: "
-                                    "`tvmfuse build --list`; fp32, batch 1, untuned):")):
+    for name, (title, _) in MODEL_SETS.items():
         if name in files:
             runs = files[name]["runs"]
-            ratios = [engines(r)["tvmfuse"]["median_ms"] / best_peer(r)[1] for r in runs
-                      if "tvmfuse" in engines(r) and best_peer(r)]
+            ratios = set_ratios(runs)
             out += [title, f"tvmfuse over its best peer, geometric mean {geomean(ratios):.2f}x "
                     f"({sum(r < 1 for r in ratios)} of {len(ratios)} faster).", ""]
             out += bench_table(runs, "model", model_name) + [""] + provenance(kind, [files[name]])
@@ -495,13 +508,11 @@ def standings(kinds: dict[str, dict[str, dict]]) -> str:
                     rows.append([zoo_label(report), ms(ours["median_ms"]),
                                  peer_label(best[0], [report]), ms(best[1]),
                                  ratio(ours["median_ms"], best[1])])
-        for name, label in (("suite", "the suite (14 models), geomean"),
-                            ("unseen", "8 unseen architectures, geomean"),
-                            ("popular", "the 20 most downloaded architectures, geomean")):
+        for name, (_, label) in MODEL_SETS.items():
             if name in files:
                 runs = [r for r in files[name]["runs"] if "tvmfuse" in engines(r) and
                         best_peer(r)]
-                ratios = [engines(r)["tvmfuse"]["median_ms"] / best_peer(r)[1] for r in runs]
+                ratios = set_ratios(runs)
                 text = f"{geomean(ratios):.2f}x"
                 rows.append([label, "-", " or ".join(peer_label(p, runs) for p in peers_of(runs)),
                              "-",

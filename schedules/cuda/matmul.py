@@ -308,7 +308,7 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     auto_inline_consumer_chain(sch, to_global)
     out = sch.get(to_global).writes[0].source
     width = lanes_for(n, 16 * 8 // tvm.runtime.DataType(out.dtype).bits)
-    if width > EPILOGUE_CONSTANT_LANES and _has_float32_constant(sch.get(to_global)):
+    if width > EPILOGUE_CONSTANT_LANES and _computes_constant_or_intrinsic(sch.get(to_global)):
         width = EPILOGUE_CONSTANT_LANES
     fused = sch.fuse(*sch.get_loops(to_global)[-2:])
     _, tx, lanes = sch.split(fused, [None, WARP, width])
@@ -340,7 +340,7 @@ EPILOGUE_CONSTANT_LANES = 4
 _CONSTANT_OR_INTRINSIC = re.compile(r"T\.float32\(|T\.(?!u?int\d+\(|b?float16\()[a-z_]+\(")
 
 
-def _has_float32_constant(block: s_tir.stmt.SBlock) -> bool:
+def _computes_constant_or_intrinsic(block: s_tir.stmt.SBlock) -> bool:
     """Whether ``block``'s body computes with a float32 constant or a math intrinsic."""
     return _CONSTANT_OR_INTRINSIC.search(str(block.body)) is not None
 

@@ -125,7 +125,6 @@ def _unit_transpose(expr: relax.Expr, _matches) -> relax.Expr:
     return relax.op.reshape(expr.args[0], [shape[a] for a in axes])
 
 
-
 #: A concatenation, a resize, and a reshape of a transpose: what a permute is moved through or
 #: folded with.
 _PARTS = wildcard()

@@ -2,7 +2,7 @@
 becomes ``concat([x[..:start], src, x[end:..]], axis)``.
 
 ``ToMixedPrecision`` types every argument of a call it casts, and a slice_scatter's bounds are
-integers (``PrimValue``), not tensors: it failed with "Expected TensorType, but got T.int64", so
+integers, not tensors: it failed with "Expected TensorType, but got T.int64", so
 fp16 and bf16 builds of every model that writes its rotary embedding into part of a head
 (DeepSeek-V2/V3's and MiniCPM3's multi-head latent attention, GLM-4-MoE-Lite) stopped in the
 first phase (``benchmarks/coverage.py --dtype fp16``). A concatenation of slices is what the
@@ -18,6 +18,7 @@ import tvm
 from tvm import relax
 from tvm.relax.dpl import is_op, wildcard
 
+from ..schedules.tir_util import static_int
 from ._rewrite import rewrite_functions, static_shape
 
 
@@ -31,7 +32,7 @@ class SliceScatterAsConcat:
         pattern = is_op("relax.slice_scatter")(x, src, wildcard(), wildcard(), wildcard())
 
         def rewrite(expr: relax.Expr, matches) -> relax.Expr:
-            start, end, step = (_immediate(arg) for arg in expr.args[2:])
+            start, end, step = (static_int(arg) for arg in expr.args[2:])  # None: symbolic
             shape = static_shape(matches[x].ty.shape) if hasattr(matches[x].ty, "shape") else None
             if None in (start, end, step, shape) or step != 1:
                 return expr
@@ -46,9 +47,3 @@ class SliceScatterAsConcat:
 
         return rewrite_functions(mod, pattern, rewrite)
 
-
-def _immediate(arg: relax.Expr) -> int | None:
-    """The integer a ``PrimValue`` argument holds, or None when it is not a constant."""
-    value = getattr(arg, "value", None)
-    value = getattr(value, "value", value)
-    return int(value) if isinstance(value, int) else None
