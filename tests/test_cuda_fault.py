@@ -184,9 +184,9 @@ def _faulting_build(monkeypatch, target):
 #: process of its own: a kernel's fault leaves the CUDA context unusable for the tests after it).
 #: A user's run of the library as ``tvmfuse run`` makes it (launches asynchronous, one sync at
 #: the end, the inputs held until then), then the line it reports, and ends the process without
-#: freeing device memory, as the command line does after a CUDA error: on the H100 an input
-#: freed after the fault (a temporary of the call) raised in its deleter, and the process ended
-#: in std::terminate before any line was printed.
+#: freeing device memory, as the command line does after a CUDA error: on the H100, with its
+#: inputs a temporary of the call, the process ended in std::terminate (a tvm::ffi::Error thrown
+#: where it cannot be caught: a deleter's cudaFree in the lost context) before any line.
 _RUN_AND_DESCRIBE = textwrap.dedent("""
     import os
     import sys

@@ -610,8 +610,10 @@ def _pads_weights(sch: s_tir.Schedule, anchor) -> bool:
 #: The fewest rows of a GEMM whose activation read along the output columns (no constant
 #: weight) is copied, zero-padded to whole tiles, on every call where no tile divides the
 #: columns: the copy is one pass over that operand, which the GEMM reads again for every row
-#: tile. DeBERTa's attention scores (12 x 93 x 64 by 64 x 93, plus its relative-position
-#: bias) ran at 6 GFLOP/s without a tile (``tvmfuse inspect deberta-v2 --profile``).
+#: tile, so at 16 rows at least two of the tallest (8-row) tiles share it. DeBERTa's attention
+#: scores (12 x 93 x 64 by 64 x 93, plus its relative-position bias, 93 rows) ran at 6 GFLOP/s
+#: without a tile, 128 with one (``tvmfuse inspect deberta-v2 --profile``); smaller row counts
+#: were not measured.
 PADDED_OPERAND_ROWS = 16
 
 
