@@ -89,6 +89,9 @@ LOWERING = "op without lowering"
 #: A verify failure where torch.export's program differs from eager PyTorch and the build follows
 #: the program (tvmfuse.verify says so): the export, not tvmfuse, lost the computation.
 EXPORT_DIFFERS = "torch.export's program differs from eager"
+#: A verify failure where PyTorch itself, run in the build's precision, has the same NaN or Inf
+#: (tvmfuse.verify says so): the small config's values overflow or vanish in float16.
+PEER_NONFINITE = "NaN/Inf in PyTorch at that precision too"
 
 
 # --- one model: config, inputs, module ------------------------------------------------------
@@ -207,18 +210,26 @@ def _rescale_weights(model) -> None:
 
 
 def _vary_constant_weights(model) -> None:
-    """Give each weight matrix that its initializer left constant (AFMoE's router, zeros) seeded
-    values of the scale transformers draws others at: a constant router scores every expert
-    alike, and which of the tied experts a top-k picks is the implementation's choice, so the
-    outputs of two correct implementations differ; a zero weight also hides a wrong op."""
+    """Give each weight matrix that its initializer left constant (AFMoE's router, zeros), or
+    drew below float16's smallest normal value (BLIP's vision tower: std 1e-10), seeded values
+    of the scale transformers draws others at: a constant router scores every expert alike, and
+    which of the tied experts a top-k picks is the implementation's choice, so the outputs of two
+    correct implementations differ; a zero weight also hides a wrong op, and a float16 build
+    (PyTorch's too) reads 1e-10 as zero."""
     import torch  # noqa: PLC0415
 
     generator = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
         for param in model.parameters():
-            if param.dim() >= 2 and param.is_floating_point() and param.numel() > 1 \
-                    and bool(param.min() == param.max()):
+            if param.dim() >= 2 and param.is_floating_point() and param.numel() > 1 and (
+                    bool(param.min() == param.max())
+                    or float(param.abs().max()) < FLOAT16_SMALLEST_NORMAL):
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+
+
+#: float16's smallest normal magnitude (2**-14): below it a weight loses its precision, and
+#: below 2**-24 it is zero.
+FLOAT16_SMALLEST_NORMAL = 2.0 ** -14
 
 
 def _text_config(config):
@@ -428,6 +439,8 @@ def cause_of(result: dict) -> str | None:
         return f"{LOWERING}: {op}"
     if stage_name == "verify" and "torch.export's own program" in error:
         return EXPORT_DIFFERS
+    if stage_name == "verify" and "does not compute in this precision" in error:
+        return PEER_NONFINITE
     return CAUSES.get(stage_name, stage_name)
 
 

@@ -15,7 +15,7 @@ from tvm.script import tirx as T
 from tvmfuse.errors import TvmfuseError
 from tvmfuse.passes.propagate_nan import PropagateNaN
 from tvmfuse.runtime import load
-from tvmfuse.verify import compare, nonfinite_mismatch, verify_saved
+from tvmfuse.verify import _judge, compare, nonfinite_mismatch, verify_saved
 
 from cuda_collectives import conditional_shuffles
 
@@ -154,6 +154,28 @@ def test_verification_fails_an_output_that_loses_a_nan(build_tiny):
     checks = compare(deployed, nan_out, made_up, "the examples", "pytorch")
     assert "NaN at 1 of 10 elements where the reference is not NaN (the first at (0, 3))" \
         == checks[0].nonfinite
+
+
+def test_a_nan_pytorch_has_too_in_that_precision_is_named_as_the_models(build_tiny):
+    """A small config whose activations vanish in float16 (ALIGN's EfficientNet tower) divides
+    zero by zero in PyTorch's float16 as in the build's: the error says the model does not
+    compute in that precision, not that tvmfuse lost the reference's NaN."""
+    imported, folder = build_tiny("tiny-resnet")
+    deployed = load(folder)
+    refs = imported.reference(*imported.example_inputs)
+    nan_out = [r.copy() for r in refs]
+    nan_out[0][0, 3] = np.nan
+    peer = nonfinite_mismatch(nan_out[0], refs[0])
+    checks = compare(deployed, nan_out, refs, "the examples", "pytorch", "pytorch float16",
+                     [0.0], [peer])
+    assert not checks[0].ok and checks[0].peer_nonfinite == peer
+    with pytest.raises(TvmfuseError, match=r"pytorch float16 has NaN at 1 of 10 elements .*: "
+                                           r"the model does not compute in this precision"):
+        _judge(checks, "pytorch")
+    alone = compare(deployed, nan_out, refs, "the examples", "pytorch", "pytorch float16",
+                    [0.0], [None])
+    with pytest.raises(TvmfuseError, match="report it as a tvmfuse bug"):
+        _judge(alone, "pytorch")
 
 
 def test_run_check_fails_on_a_nan_the_reference_has_not(build_tiny, monkeypatch):

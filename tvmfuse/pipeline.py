@@ -23,6 +23,7 @@ from .passes import (
     CompareBooleansAsIntegers,
     Conv1DAsConv2D,
     DecomposeClip,
+    DropUnusedShapeCasts,
     EinsumAsMatmul,
     ExpandIntegerPower,
     FoldBatchNorm,
@@ -136,6 +137,7 @@ def _phases(plan: _Plan) -> list[Phase]:
         #    layouts (NHWC convs on CPUs), weights transposed and converted here, at build time;
         #    in those layouts, summed 1x1 convs as one conv and layout no-ops folded away.
         Phase("fold", tvm.transform.Sequential([
+            DropUnusedShapeCasts(),  # a `.item()` nothing reads (ToMixedPrecision stops on it)
             FoldCreationOps(),  # aranges and fills: what is computed from them folds in float32
             EinsumAsMatmul(),  # ONNX's Einsum (CvT's attention): matmuls the GEMM rules take
             CompareBooleansAsIntegers(),  # LLVM code compares booleans as neither ints nor floats

@@ -54,6 +54,9 @@ class OutputCheck:
     #: How the output's NaN and +/-Inf differ from the reference's (:func:`nonfinite_mismatch`),
     #: None where they stand in the same places.
     nonfinite: str | None = None
+    #: How the peer's NaN and +/-Inf differ from the reference's, where they do: the model
+    #: itself overflows (or divides zero by zero) in the build's precision.
+    peer_nonfinite: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -63,7 +66,7 @@ class OutputCheck:
     def to_json(self) -> dict:
         return {"output": self.name, "at": self.at, "rel_err": self.rel_err,
                 "tolerance": self.tolerance, "peer": self.peer, "peer_err": self.peer_err,
-                "nonfinite": self.nonfinite}
+                "nonfinite": self.nonfinite, "peer_nonfinite": self.peer_nonfinite}
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
@@ -119,19 +122,21 @@ def verify(deployed: Deployed, model: ImportedModel) -> list[OutputCheck]:
     sets = _input_sets(model)
     for at, arrays in sets:
         refs = model.reference(*arrays)
-        peer_errs = None
+        peer_errs = peer_nonfinite = None
         if peer is not None:
             try:  # the PyTorch model in the build's precision, made on first use
                 run_peer = run_peer or model.reference_in(deployed.precision,
                                                           _peer_device(deployed))
-                peer_errs = [relative_error(o, r) for o, r in zip(run_peer(*arrays), refs)]
+                peer_outs = run_peer(*arrays)
+                peer_errs = [relative_error(o, r) for o, r in zip(peer_outs, refs)]
+                peer_nonfinite = [nonfinite_mismatch(o, r) for o, r in zip(peer_outs, refs)]
             except Exception as err:  # noqa: BLE001 - a module that cannot change precision or
                 # device, or an op without a kernel in that precision
                 log.warning("cannot run %s (%s): the build is checked against the tolerance "
                             "alone", peer, one_line(err))
                 peer = None
         checks += compare(deployed, deployed.run(arrays), refs, at, model.reference_name,
-                          peer, peer_errs)
+                          peer, peer_errs, peer_nonfinite)
     wrong = next((c for c in checks if not c.ok), None)  # the one _judge reports
     if wrong is not None and wrong.nonfinite is None and model.exported is not None:
         _blame_the_export(deployed, model, wrong, dict(sets)[wrong.at])
@@ -268,18 +273,21 @@ def verify_saved(deployed: Deployed) -> list[OutputCheck]:
 
 
 def compare(deployed: Deployed, outs, refs, at: str, reference_name: str,
-            peer: str | None = None, peer_errs: list | None = None) -> list[OutputCheck]:
+            peer: str | None = None, peer_errs: list | None = None,
+            peer_nonfinite: list | None = None) -> list[OutputCheck]:
     if len(outs) != len(refs):
         raise TvmfuseError(f"the build returns {len(outs)} outputs, {reference_name} {len(refs)}")
     _warn_if_uninformative(refs, deployed.outputs, reference_name)
     # a fp16 build's float32 outputs carry float16's error (integer outputs must still match)
     widened = TOLERANCE.get(deployed.precision, 0.0)
     peer_errs = peer_errs or [None] * len(refs)
+    peer_nonfinite = peer_nonfinite or [None] * len(refs)
     return [OutputCheck(spec.name, at, relative_error(out, ref),
                         max(TOLERANCE[spec.dtype], widened) if spec.dtype in TOLERANCE else 0.0,
                         peer if peer_err is not None else None, peer_err,
-                        nonfinite_mismatch(out, ref))
-            for spec, out, ref, peer_err in zip(deployed.outputs, outs, refs, peer_errs)]
+                        nonfinite_mismatch(out, ref), peer_wrong)
+            for spec, out, ref, peer_err, peer_wrong
+            in zip(deployed.outputs, outs, refs, peer_errs, peer_nonfinite)]
 
 
 def record(folder, checks: list[OutputCheck], reference_name: str,
@@ -324,6 +332,11 @@ def _judge(checks: list[OutputCheck], reference_name: str) -> list[OutputCheck]:
     bad = [c for c in checks if not c.ok]
     if bad:
         c = bad[0]
+        if c.nonfinite is not None and c.peer_nonfinite is not None:
+            raise TvmfuseError(f"output {c.name} ({c.at}) differs from {reference_name}: "
+                               f"{c.nonfinite}, and {c.peer} has {c.peer_nonfinite}: the model "
+                               f"does not compute in this precision (its values overflow or "
+                               f"vanish); build it in fp32 or bf16")
         if c.nonfinite is not None:
             raise TvmfuseError(f"output {c.name} ({c.at}) differs from {reference_name}: "
                                f"{c.nonfinite}; the build does not keep the reference's "

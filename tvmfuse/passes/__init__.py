@@ -5,6 +5,7 @@ from .apply_schedule_rules import ApplyScheduleRules
 from .compare_booleans_as_integers import CompareBooleansAsIntegers
 from .conv1d_as_conv2d import Conv1DAsConv2D
 from .decompose_clip import DecomposeClip
+from .drop_unused_shape_casts import DropUnusedShapeCasts
 from .einsum_as_matmul import EinsumAsMatmul
 from .expand_integer_power import ExpandIntegerPower
 from .fold_batch_norm import FoldBatchNorm
@@ -41,10 +42,10 @@ from .widen_integer_cumsum import WidenIntegerCumsum
 from .winograd_conv2d import WinogradConv2D
 
 __all__ = ["ApplyDatabase", "ApplyScheduleRules", "CompareBooleansAsIntegers", "Conv1DAsConv2D",
-           "DecomposeClip", "EinsumAsMatmul", "ExpandIntegerPower", "FoldBatchNorm",
-           "FoldConstantCasts", "FoldConstantsInNumPy", "FoldCreationOps", "FoldGeluTanh",
-           "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv", "FuseAttention",
-           "GlobalPoolToReduce", "MarkGathersInjective", "MarkWeightsLayoutFree",
+           "DecomposeClip", "DropUnusedShapeCasts", "EinsumAsMatmul", "ExpandIntegerPower",
+           "FoldBatchNorm", "FoldConstantCasts", "FoldConstantsInNumPy", "FoldCreationOps",
+           "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv",
+           "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective", "MarkWeightsLayoutFree",
            "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16", "NormalizeNegativeAxes",
            "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
            "QuantizeInt8", "SimplifyBoundedShapes", "SliceScatterAsConcat", "SpaceToDepthConv",
