@@ -506,10 +506,12 @@ def write(out: Path, kind: str, reproduce: str, records: list[dict], target: str
     causes = Counter(r[p]["cause"] for r in records for p in ("torch", "onnx")
                      if p in r and r[p]["cause"])
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": kind, "commit": commit(), "commit_is": "measured",
-                               "reproduce": reproduce, "target": target or "this CPU",
-                               "dtype": dtype, "causes": dict(causes.most_common()),
-                               "coverage": records}, indent=1) + "\n")
+    staged = out.with_suffix(".json.partial")  # a sweep killed mid-write keeps the last JSON
+    staged.write_text(json.dumps({"machine": kind, "commit": commit(), "commit_is": "measured",
+                                  "reproduce": reproduce, "target": target or "this CPU",
+                                  "dtype": dtype, "causes": dict(causes.most_common()),
+                                  "coverage": records}, indent=1) + "\n")
+    staged.replace(out)
 
 
 def in_sweep_order(records) -> list[dict]:

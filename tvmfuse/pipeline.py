@@ -36,6 +36,7 @@ from .passes import (
     FoldPadIntoConv,
     FuseAttention,
     GlobalPoolToReduce,
+    GroupNormAsLayerNorm,
     MarkGathersInjective,
     MarkWeightsLayoutFree,
     MergeParallelMatmul,
@@ -147,6 +148,7 @@ def _phases(plan: _Plan) -> list[Phase]:
             GlobalPoolToReduce(),  # a pool whose window is the whole input: a mean
             FoldPadIntoConv(),  # "same" padding as its own pad op: the conv's padding
             Conv1DAsConv2D(),  # 1-D convs (an audio stem) through the 2-D conv path
+            GroupNormAsLayerNorm(),  # and the GroupNorm after one as the row LayerNorm it is
             FoldGeluTanh(),  # GPT-2's GELU, written out: one gelu_tanh
             ExpandIntegerPower(),  # RMSNorm's x ** 2 as x * x (CUDA's fast powf: NaN for x < 0)
             _if(rules["fold_batch_norm"].enabled, FoldBatchNorm()),

@@ -12,17 +12,18 @@ from __future__ import annotations
 from ._tir import Vector
 from .conv2d import Conv2D, DepthwiseConv2D
 from .dense import Dense, DenseRowNorm
-from .elementwise import Elementwise, Parallel
+from .elementwise import Elementwise, Parallel, Transpose
 from .pool import Pool
 from .reduction import RowReduction
 from .winograd import WinogradTransform
 
 __all__ = ["Conv2D", "Dense", "DenseRowNorm", "DepthwiseConv2D", "Elementwise", "Parallel", "Pool",
-           "RowReduction", "Vector", "WinogradTransform", "rules"]
+           "RowReduction", "Transpose", "Vector", "WinogradTransform", "rules"]
 
 
 def rules(vector: Vector) -> list:
     """The CPU schedule rules for ``vector``, most specific first, the catch-all last."""
     return [WinogradTransform(vector), Conv2D(vector), DepthwiseConv2D(vector), Dense(vector),
             DenseRowNorm(vector),
-            Pool(vector), RowReduction(vector), Elementwise(vector), Parallel(vector)]
+            Pool(vector), RowReduction(vector), Transpose(vector), Elementwise(vector),
+            Parallel(vector)]

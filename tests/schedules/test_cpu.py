@@ -692,6 +692,36 @@ def test_elementwise_inlines_and_vectorizes():
                                          False) is None
 
 
+@pytest.mark.parametrize("channels,width", [(512, 203), (48, 1001)])
+def test_a_layout_transpose_is_tiled_in_both_axes(channels, width):
+    """A conv's NHWC output as NCW for a GroupNorm and back (Wav2Vec2's feature encoder, at
+    awkward widths): 16 x 16 tiles, the output's row of a tile one vector where it divides."""
+
+    def to_nhwc(bb, x):  # [1, C, W] -> [1, 1, W, C]
+        return relax.op.permute_dims(bb.emit(relax.op.reshape(x, [1, channels, 1, width])),
+                                     [0, 2, 3, 1])
+
+    def to_ncw(bb, y):  # [1, 1, W, C] -> [1, C, W]
+        return relax.op.reshape(bb.emit(relax.op.permute_dims(y, [0, 3, 1, 2])),
+                                [1, channels, width])
+
+    x = rng.standard_normal((1, channels, width)).astype("float32")
+    sch = cpu.Transpose(VECTOR).apply(_kernel([("x", x.shape)], to_nhwc), None, False)
+    (block,) = _blocks(sch)
+    kinds, extents = _kinds(sch, block.name_hint), _extents(sch, block.name_hint)
+    assert extents[-2:] == [16, 16] and kinds[-1] == ("VECTORIZED" if channels % 16 == 0
+                                                      else "SERIAL")
+    assert "PARALLEL" in kinds
+    np.testing.assert_array_equal(_run(sch, [x], (1, 1, width, channels)),
+                                  x.transpose(0, 2, 1)[:, None])
+    y = rng.standard_normal((1, 1, width, channels)).astype("float32")
+    back = cpu.Transpose(VECTOR).apply(_kernel([("y", y.shape)], to_ncw), None, False)
+    np.testing.assert_array_equal(_run(back, [y], (1, channels, width)), y[0].transpose(0, 2, 1))
+    # an elementwise kernel, whose input and output have the same innermost axis, is not one
+    assert cpu.Transpose(VECTOR).apply(_kernel(
+        [("x", x.shape)], lambda bb, x: relax.op.nn.relu(x)), None, False) is None
+
+
 @pytest.mark.parametrize("m,k,n", [(197, 64, 77), (1, 48, 1000), (49, 33, 50), (197, 40, 80),
                                    (5, 16, 4)])
 def test_dense_keeps_full_vectors_and_its_tile_at_awkward_sizes(m, k, n):

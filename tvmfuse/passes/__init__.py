@@ -18,6 +18,7 @@ from .fold_matmul_reshape import FoldMatmulReshape
 from .fold_pad_into_conv import FoldPadIntoConv
 from .fuse_attention import FuseAttention
 from .global_pool_to_reduce import GlobalPoolToReduce
+from .group_norm_as_layer_norm import GroupNormAsLayerNorm
 from .mark_gathers_injective import MarkGathersInjective
 from .mark_weights_layout_free import MarkWeightsLayoutFree
 from .merge_parallel_matmul import MergeParallelMatmul
@@ -45,10 +46,10 @@ __all__ = ["ApplyDatabase", "ApplyScheduleRules", "CompareBooleansAsIntegers", "
            "DecomposeClip", "DropUnusedShapeCasts", "EinsumAsMatmul", "ExpandIntegerPower",
            "FoldBatchNorm", "FoldConstantCasts", "FoldConstantsInNumPy", "FoldCreationOps",
            "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv",
-           "FuseAttention", "GlobalPoolToReduce", "MarkGathersInjective", "MarkWeightsLayoutFree",
-           "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16", "NormalizeNegativeAxes",
-           "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul", "PrepackWeights",
-           "QuantizeInt8", "SimplifyBoundedShapes", "SliceScatterAsConcat", "SpaceToDepthConv",
-           "StackAsConcat", "StoreNarrowed", "TransposedConvAsConv", "UseWgmmaGemms",
-           "VerifyFusion", "WidenElementwise", "WidenEpilogues", "WidenIntegerCumsum",
-           "WinogradConv2D"]
+           "FuseAttention", "GlobalPoolToReduce", "GroupNormAsLayerNorm", "MarkGathersInjective",
+           "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
+           "NormalizeNegativeAxes", "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul",
+           "PrepackWeights", "QuantizeInt8", "SimplifyBoundedShapes", "SliceScatterAsConcat",
+           "SpaceToDepthConv", "StackAsConcat", "StoreNarrowed", "TransposedConvAsConv",
+           "UseWgmmaGemms", "VerifyFusion", "WidenElementwise", "WidenEpilogues",
+           "WidenIntegerCumsum", "WinogradConv2D"]
