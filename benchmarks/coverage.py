@@ -186,6 +186,7 @@ def make_model(model_type: str):
             raise ValueError(f"{type(model).__name__} returned no tensor")
         if output.is_floating_point() and float(output.abs().max()) < VANISHED:
             _rescale_weights(model)
+            _calibrate_batch_norms(module, tensors)
     return module, names, tensors, type(config).__name__
 
 
@@ -207,6 +208,26 @@ def _rescale_weights(model) -> None:
             if param.dim() >= 2 and param.is_floating_point():
                 fan_in = param[0].numel()
                 param.copy_(torch.randn(param.shape, generator=generator) / fan_in ** 0.5)
+
+
+def _calibrate_batch_norms(module, tensors) -> None:
+    """Set every BatchNorm's running statistics to those of ``tensors``' activations (one
+    forward pass in training mode), as training leaves them: at their initial mean 0 and
+    variance 1, EfficientNet's small config shrinks its activations at every squeeze-excite
+    block, to 1e-44 at the output (float32 subnormals, which LLVM's fast math flushes to zero)."""
+    import torch  # noqa: PLC0415
+
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for norm in norms:
+        norm.momentum = None  # a cumulative average: after one pass, that pass's statistics
+        norm.reset_running_stats()
+        norm.train()
+    with torch.no_grad():
+        module(*tensors)
+    for norm in norms:
+        norm.eval()
 
 
 def _vary_constant_weights(model) -> None:
