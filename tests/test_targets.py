@@ -100,3 +100,46 @@ def test_importing_tvmfuse_gives_tvm_every_core_unless_told_otherwise():
     kept = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**env, "TVM_NUM_THREADS": "1"}, check=True).stdout.strip()
     assert kept == "1"
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_a_library_carries_its_weights_through_the_assembler(tmp_path, monkeypatch, large):
+    """export_library's packed imports (here a VM's bytecode and a 3 x 5 weight) go in through
+    an ``.incbin`` stub; a blob of the large size goes to x86-64's ``.lrodata``. The library
+    loads and computes with the weight it was built with."""
+    import numpy as np
+    from tvm import relax
+    from tvm.script import relax as R
+
+    from tvmfuse import targets
+
+    weight = np.arange(15, dtype="float32").reshape(3, 5)
+
+    @R.function
+    def main(x: R.Tensor((2, 3), "float32")) -> R.Tensor((2, 5), "float32"):
+        return R.matmul(x, R.const(weight))
+
+    if large:
+        monkeypatch.setattr(targets, "_LARGE_BLOB_BYTES", 1)
+    spec = get_target("x86-64")
+    executable = relax.build(tvm.IRModule({"main": main}), target=spec.tvm_target())
+    library = tmp_path / "model.so"
+    spec.export(executable, str(library))
+    assert _section_of("__tvm_ffi__library_bin", library) == (".lrodata" if large else ".rodata")
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+    x = np.ones((2, 3), "float32")
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), x @ weight)
+
+
+def _section_of(symbol: str, library) -> str:
+    """The name of the ELF section that holds ``symbol`` in ``library`` (binutils' readelf)."""
+    import subprocess
+
+    def readelf(flag):
+        return subprocess.run(["readelf", "-W", flag, str(library)], capture_output=True,
+                              text=True, check=True).stdout
+
+    index = next(line.split()[6] for line in readelf("--dyn-syms").splitlines()
+                 if line.endswith(" " + symbol))
+    found = re.search(rf"\[\s*{index}\]\s+(\S+)", readelf("-S"))
+    return found.group(1)

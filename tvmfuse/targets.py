@@ -80,6 +80,37 @@ _L2_BYTES = {
 }
 
 
+#: Blobs from this size on go to x86-64's large read-only section, as TVM's own packing puts them:
+#: a reference to the default ``.rodata`` past 2 GiB does not link ("relocation truncated to fit").
+_LARGE_BLOB_BYTES = 1 << 30
+
+
+def pack_imports_by_incbin(module, is_system_lib: bool, symbol_prefix: str, workspace: str, *,
+                           large_section: bool) -> str:
+    """TVM's ``fpack_imports`` for ``export_library``: the bytes TVM packs its imported modules
+    into (the VM's code and constants, hence every weight; CUDA binaries) written to a file that
+    a four-line assembly stub includes with ``.incbin``, under TVM's symbol. TVM's default makes
+    them one LLVM constant and emits it, seconds per hundred MB, where the assembler copies the
+    file (``python benchmarks/build_time.py``: the ``export`` stage). ``large_section``: the
+    target is x86-64, whose blobs of a GiB or more need ``.lrodata``."""
+    from tvm.runtime import _ffi_api  # noqa: PLC0415
+
+    if is_system_lib or symbol_prefix:
+        raise TvmfuseError("tvmfuse builds shared libraries, not system libraries")
+    blob = os.path.join(workspace, "devc.bin")
+    _ffi_api.ModulePackImportsToTensor(module).numpy().tofile(blob)
+    size = os.path.getsize(blob)
+    symbol = _ffi_api.ModuleImportsBlobName()
+    section = ".lrodata" if large_section and size >= _LARGE_BLOB_BYTES else ".rodata"
+    quoted = blob.replace("\\", "\\\\").replace('"', '\\"')
+    stub = os.path.join(workspace, "devc.s")
+    with open(stub, "w") as out:
+        out.write(f'.section {section},"a"\n.globl {symbol}\n.type {symbol}, %object\n'
+                  f'.size {symbol}, {size}\n{symbol}:\n.incbin "{quoted}"\n'
+                  f'.section .note.GNU-stack,"",%progbits\n')
+    return stub
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     """A named compilation target.
@@ -132,18 +163,21 @@ class TargetSpec:
         return tvm.target.Target(self.config)
 
     def export(self, executable, path: str) -> None:
-        """Write ``executable`` as a shared library, cross-linking when the target needs it."""
-        if self.cross_cc is None:
-            executable.export_library(path)
-            return
-        if shutil.which(self.cross_cc) is None:
-            raise TvmfuseError(
-                f"target {self.name} links with {self.cross_cc}, which is not installed; "
-                f"install it (Debian: apt-get install g++-aarch64-linux-gnu, or `make sysdeps`)"
-            )
-        from tvm.support import cc  # noqa: PLC0415
+        """Write ``executable`` as a shared library, cross-linking when the target needs it; the
+        modules it imports (the VM's code and weights, CUDA binaries) go in by
+        :func:`pack_imports_by_incbin`."""
+        fcompile = None
+        if self.cross_cc is not None:
+            if shutil.which(self.cross_cc) is None:
+                raise TvmfuseError(
+                    f"target {self.name} links with {self.cross_cc}, which is not installed; "
+                    f"install it (Debian: apt-get install g++-aarch64-linux-gnu, or "
+                    f"`make sysdeps`)")
+            from tvm.support import cc  # noqa: PLC0415
 
-        executable.export_library(path, fcompile=cc.cross_compiler(self.cross_cc))
+            fcompile = cc.cross_compiler(self.cross_cc)
+        pack = functools.partial(pack_imports_by_incbin, large_section=self.arch == "x86_64")
+        executable.export_library(path, fcompile=fcompile, fpack_imports=pack)
 
     @property
     def is_gpu(self) -> bool:
