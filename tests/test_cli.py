@@ -224,3 +224,31 @@ def model():
     log, _ = build("--dtype", "fp16")
     assert kept not in log
     assert kept in build("--dtype", "fp16")[0]
+
+
+def test_an_unchanged_model_file_is_kept_before_its_import(tmp_path):
+    """A model file built again unchanged, unverified, is kept by its source key (the file's
+    bytes with what the build key digests beside the model) before the import: the kept build's
+    only stage is the key's; a file with other weights builds anew."""
+    import torch
+
+    model = tmp_path / "net.pt2"
+
+    def save(seed):
+        torch.manual_seed(seed)
+        net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU()).eval()
+        torch.export.save(torch.export.export(net, (torch.randn(2, 8),)), model)
+
+    def build():
+        result = run_cli("build", str(model), "-o", str(tmp_path / "out"))
+        assert result.returncode == 0, result.stderr
+        return result.stderr, json.loads((tmp_path / "out" / "manifest.json").read_text())
+
+    save(0)
+    log, first = build()
+    assert "holds this build already" not in log and len(first["source_key"]) == 64
+    log, again = build()
+    assert "kept it in" in log and list(again["kept"]["build_seconds"]["stages"]) == ["reuse"]
+    save(1)
+    log, other = build()
+    assert "holds this build already" not in log and other["source_key"] != first["source_key"]

@@ -173,6 +173,7 @@ def _manifest(compiled: Compiled, folder: Path) -> dict:
         "files": {runtime.LIBRARY: runtime.file_digest(folder / runtime.LIBRARY)},
         # what the build depends on (tvmfuse.reuse): the same build again keeps this folder
         "build_key": compiled.build_key,
+        "source_key": compiled.source_key,
         # float16: a fp16 build, its inputs and outputs float32 (see `tvmfuse build --dtype`);
         # verification accepts that precision's error
         "precision": compiled.precision,

@@ -108,6 +108,9 @@ class Compiled:
     #: What the build depends on, as :func:`tvmfuse.reuse.build_key` digests it (None: not
     #: computed); the manifest keeps it so that the same build again can keep this one.
     build_key: str | None = None
+    #: The same known before the import (:func:`tvmfuse.reuse.source_key`; None where the
+    #: model's source cannot be digested whole).
+    source_key: str | None = None
 
     @property
     def database(self) -> Path | None:

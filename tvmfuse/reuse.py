@@ -11,6 +11,11 @@ library's size; a folder whose manifest holds the same key and whose library has
 the build the command would write (``tvmfuse run`` checks the library's digest when it loads
 it); keeping it adds ``kept`` to the manifest (when, and that build's seconds per stage).
 ``--no-cache`` compiles afresh.
+
+A second key, the ``source_key``, is known before the import: the model's source (a zoo name or
+a model file's bytes) in place of its Relax module. A build that neither verifies nor times
+what it keeps compares it first, and an unchanged build is kept in well under a second, without
+importing PyTorch, TVM or the model.
 """
 
 from __future__ import annotations
@@ -41,18 +46,80 @@ def build_key(model, target, options) -> str:
     import tvm  # noqa: PLC0415
     from tvm_ffi import structural_hash  # noqa: PLC0415
 
+    facts = {"model": structural_hash(model.mod), "inputs": [s.to_json() for s in model.inputs],
+             "tvm": tvm.__version__}
+    return _key(facts, target, options)
+
+
+def source_key(source: str, import_arguments: dict, target, options) -> str | None:
+    """The key of a build known before its model is imported, so that an unchanged build is
+    kept without importing PyTorch, TVM or the model: the model's source itself (a zoo name,
+    whose code is tvmfuse's and whose weights are seeded, or a ``.pt2``/``.onnx`` file's bytes),
+    the import's arguments, the versions of the packages the import and the build run, and what
+    :func:`build_key` digests beside the model. None where the source cannot be digested whole:
+    a Python factory (its weights may come from anywhere) or an ONNX file whose weights are in
+    files of their own."""
+    path = Path(source)
+    if path.suffix in (".pt2", ".onnx"):
+        model = _file_digest(path, refuse=_ONNX_EXTERNAL_DATA if path.suffix == ".onnx" else None)
+        if model is None:
+            return None
+    elif ":" in source:
+        return None
+    else:
+        model = f"zoo:{source}"
+    facts = {"model": model, "import": import_arguments, "packages": _package_versions()}
+    return _key(facts, target, options)
+
+
+def _key(facts: dict, target, options) -> str:
+    """The SHA-256 of ``facts`` and what every build depends on beside its model: the options
+    (with the fusion rules' and the calibration inputs' contents), the target, tvmfuse's source
+    and the contents of the tuning databases the build applies."""
     digest = hashlib.sha256()
     settings = {name: str(value) for name, value in dataclasses.asdict(options).items()
                 if name not in _NOT_IN_KEY}
-    facts = {"model": structural_hash(model.mod), "inputs": [s.to_json() for s in model.inputs],
-             "options": settings, "target": str(target.config), "tvm": tvm.__version__,
+    facts = {**facts, "options": settings, "target": str(target.config),
              "tvmfuse": source_digest()}
-    digest.update(json.dumps(facts, sort_keys=True).encode())
+    digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
     for database in lookup.build_databases(target, options.database, options.use_database):
         digest.update(tuning_db.digest(database).encode())
-    if options.calibrate is not None:
-        digest.update(Path(options.calibrate).read_bytes())
+    for path in (options.fusion_rules, options.calibrate):
+        if path is not None:
+            digest.update(Path(path).read_bytes())
     return digest.hexdigest()
+
+
+#: How an ONNX file says a tensor's bytes are in another file: the ``location`` key of a
+#: TensorProto's ``external_data`` (field 1, length 8, in protobuf's encoding).
+_ONNX_EXTERNAL_DATA = b"\x0a\x08location"
+#: Packages whose versions change what a model imports as or builds to.
+_PACKAGES = ("apache-tvm", "apache-tvm-ffi", "torch", "torchvision", "transformers", "onnx")
+
+
+def _file_digest(path: Path, refuse: bytes | None = None) -> str | None:
+    """The SHA-256 of ``path``'s bytes, or None where they hold ``refuse``."""
+    digest = hashlib.sha256()
+    tail = b""
+    with path.open("rb") as stream:
+        while chunk := stream.read(1 << 24):
+            if refuse is not None and refuse in tail + chunk:
+                return None
+            tail = chunk[-len(refuse) + 1:] if refuse else b""
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _package_versions() -> dict[str, str | None]:
+    from importlib import metadata  # noqa: PLC0415
+
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 @functools.cache
@@ -69,25 +136,27 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def record_kept(out_dir: Path, times) -> None:
+def record_kept(out_dir: Path, seconds: dict) -> None:
     """Note in ``out_dir``'s manifest that a build kept it, with that build's seconds per stage
-    (the manifest's own ``build_seconds`` stay those of the build that wrote the library)."""
+    (``BuildTimes.to_json()``; the manifest's own ``build_seconds`` stay those of the build that
+    wrote the library)."""
     path = out_dir / runtime.MANIFEST
     manifest = json.loads(path.read_text())
     manifest["kept"] = {
         "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "build_seconds": times.to_json()}
+        "build_seconds": seconds}
     staged = path.with_name(f".{path.name}.{os.getpid()}")
     staged.write_text(json.dumps(manifest, indent=2) + "\n")
     staged.replace(path)  # a reader sees the old manifest or the new one, whole
 
 
-def unchanged(out_dir: Path, key: str) -> bool:
-    """Whether ``out_dir`` holds the build whose key is ``key``, its library whole."""
+def unchanged(out_dir: Path, key: str, field: str = "build_key") -> bool:
+    """Whether ``out_dir`` holds the build whose ``field`` (``build_key`` or ``source_key``) is
+    ``key``, its library whole."""
     try:
         manifest = json.loads((out_dir / runtime.MANIFEST).read_text())
         size = (out_dir / runtime.LIBRARY).stat().st_size
-        return manifest.get("build_key") == key and \
+        return manifest.get(field) == key and \
             manifest["files"][runtime.LIBRARY]["bytes"] == size
     except (OSError, ValueError, KeyError, TypeError):
         return False
