@@ -5,16 +5,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from tvmfuse import targets
 from tvmfuse.options import BuildOptions
 from tvmfuse.reuse import source_key
-from tvmfuse.targets import get_target
 
 IMPORT = {"input_shapes": [], "dynamic": [], "max_seq": None}
 
 
 def _key(source, **options):
-    return source_key(str(source), IMPORT, get_target("x86-64"),
-                      BuildOptions(use_database=False, **options))
+    return source_key(str(source), IMPORT, "x86-64", BuildOptions(use_database=False, **options))
 
 
 def _onnx_model(weight: np.ndarray) -> onnx.ModelProto:
@@ -54,3 +53,22 @@ def test_the_fusion_rules_enter_the_key_by_their_contents(tmp_path):
     rules.write_text("[default]\nfused_attention = { enabled = false }\n")
     assert _key("tiny-resnet", fusion_rules=rules) != first
     assert _key("tiny-resnet", dtype="float16") != _key("tiny-resnet")
+
+
+def test_a_host_targets_key_covers_every_database_it_could_apply(tmp_path, monkeypatch):
+    """The source key cannot ask LLVM which of the host target's databases (``avx512-<cpu>``)
+    a build applies without importing TVM: it digests every one the target's name matches."""
+    from tvmfuse import env
+    from tvmfuse.tuning import database
+
+    monkeypatch.setattr(env, "TUNING_LOGS", tmp_path)
+    before = source_key("tiny-resnet", IMPORT, "avx512", BuildOptions())
+    assert source_key("tiny-resnet", IMPORT, "avx512", BuildOptions()) == before
+    folder = tmp_path / "avx512-another-cpu"
+    folder.mkdir()
+    for name in database.FILES:
+        (folder / name).write_text("{}\n")
+    assert source_key("tiny-resnet", IMPORT, "avx512", BuildOptions()) != before
+    assert source_key("tiny-resnet", IMPORT, "avx512", BuildOptions(use_database=False)) != before
+    assert "cores=" in targets.fingerprint("avx512")[0]
+    assert targets.fingerprint("cuda-sm90")[1] == "cuda-sm90"

@@ -29,7 +29,7 @@ import logging
 import os
 from pathlib import Path
 
-from . import runtime
+from . import env, runtime, targets
 from .tuning import database as tuning_db
 from .tuning import lookup
 
@@ -47,47 +47,62 @@ def build_key(model, target, options) -> str:
     from tvm_ffi import structural_hash  # noqa: PLC0415
 
     facts = {"model": structural_hash(model.mod), "inputs": [s.to_json() for s in model.inputs],
-             "tvm": tvm.__version__}
-    return _key(facts, target, options)
+             "tvm": tvm.__version__, "target": str(target.config)}
+    databases = lookup.build_databases(target, options.database, options.use_database)
+    return _key(facts, options, databases)
 
 
-def source_key(source: str, import_arguments: dict, target, options) -> str | None:
+def source_key(source: str, import_arguments: dict, target_name: str | None,
+               options) -> str | None:
     """The key of a build known before its model is imported, so that an unchanged build is
     kept without importing PyTorch, TVM or the model: the model's source itself (a zoo name,
     whose code is tvmfuse's and whose weights are seeded, or a ``.pt2``/``.onnx`` file's bytes),
-    the import's arguments, the versions of the packages the import and the build run, and what
-    :func:`build_key` digests beside the model. None where the source cannot be digested whole:
-    a Python factory (its weights may come from anywhere) or an ONNX file whose weights are in
-    files of their own."""
+    the import's arguments, the versions of the packages the import and the build run, the
+    target's fingerprint (:func:`tvmfuse.targets.fingerprint`) and the contents of every tuning
+    database the build could apply for it, and the options and tvmfuse's source as in
+    :func:`build_key`. None where the source cannot be digested whole: a Python factory (its
+    weights may come from anywhere) or an ONNX file that may keep its weights in files of their
+    own."""
     path = Path(source)
     if path.suffix in (".pt2", ".onnx"):
         model = _file_digest(path, refuse=_ONNX_EXTERNAL_DATA if path.suffix == ".onnx" else None)
-        if model is None:
-            return None
-    elif ":" in source:
-        return None
     else:
-        model = f"zoo:{source}"
-    facts = {"model": model, "import": import_arguments, "packages": _package_versions()}
-    return _key(facts, target, options)
+        model = None if ":" in source else f"zoo:{source}"
+    target = targets.fingerprint(target_name)
+    if model is None or target is None:
+        return None
+    identity, database_pattern = target
+    facts = {"model": model, "import": import_arguments, "packages": _package_versions(),
+             "target": identity}
+    return _key(facts, options, _databases_matching(database_pattern, options))
 
 
-def _key(facts: dict, target, options) -> str:
-    """The SHA-256 of ``facts`` and what every build depends on beside its model: the options
-    (with the fusion rules' and the calibration inputs' contents), the target, tvmfuse's source
-    and the contents of the tuning databases the build applies."""
+def _key(facts: dict, options, databases) -> str:
+    """The SHA-256 of ``facts`` and what every build depends on beside its model and target:
+    the options (with the fusion rules' and the calibration inputs' contents), tvmfuse's source
+    and the contents of ``databases``."""
     digest = hashlib.sha256()
     settings = {name: str(value) for name, value in dataclasses.asdict(options).items()
                 if name not in _NOT_IN_KEY}
-    facts = {**facts, "options": settings, "target": str(target.config),
-             "tvmfuse": source_digest()}
+    facts = {**facts, "options": settings, "tvmfuse": source_digest()}
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
-    for database in lookup.build_databases(target, options.database, options.use_database):
+    for database in databases:
         digest.update(tuning_db.digest(database).encode())
     for path in (options.fusion_rules, options.calibrate):
         if path is not None:
             digest.update(Path(path).read_bytes())
     return digest.hexdigest()
+
+
+def _databases_matching(pattern: str, options) -> list[Path]:
+    """The databases a build could apply whose folder names match ``pattern`` (the user's and
+    the shipped ones), or the one ``options`` names, or none."""
+    if not options.use_database:
+        return []
+    if options.database is not None:
+        return [options.database]
+    return [folder for root in (env.TUNING_LOGS, env.SHIPPED_TUNING_LOGS) if root.is_dir()
+            for folder in sorted(root.glob(pattern)) if tuning_db.has_database(folder)]
 
 
 #: How an ONNX file says a tensor's bytes are in another file: the ``location`` key of a

@@ -93,12 +93,14 @@ def pack_imports_by_incbin(module, is_system_lib: bool, symbol_prefix: str, work
     them one LLVM constant and emits it, seconds per hundred MB, where the assembler copies the
     file (``python benchmarks/build_time.py``: the ``export`` stage). ``large_section``: the
     target is x86-64, whose blobs of a GiB or more need ``.lrodata``."""
+    import numpy as np  # noqa: PLC0415
     from tvm.runtime import _ffi_api  # noqa: PLC0415
 
     if is_system_lib or symbol_prefix:
         raise TvmfuseError("tvmfuse builds shared libraries, not system libraries")
     blob = os.path.join(workspace, "devc.bin")
-    _ffi_api.ModulePackImportsToTensor(module).numpy().tofile(blob)
+    # written from the packed bytes themselves (a copy of BERT-base's 437 MB costs a second)
+    np.from_dlpack(_ffi_api.ModulePackImportsToTensor(module)).tofile(blob)
     size = os.path.getsize(blob)
     symbol = _ffi_api.ModuleImportsBlobName()
     section = ".lrodata" if large_section and size >= _LARGE_BLOB_BYTES else ".rodata"
@@ -416,6 +418,37 @@ def check_name(name: str) -> str:
     if name not in _TARGETS:
         raise TvmfuseError(f"unknown target {name!r}; choose one of: {', '.join(_TARGETS)}")
     return name
+
+
+#: The targets whose spec names this host's CPU as LLVM does (asking LLVM imports TVM).
+_HOST_CPU_TARGETS = ("avx512", "avx2")
+#: The fields of /proc/cpuinfo that identify a CPU: the cpuid values LLVM's host-CPU detection
+#: reads (vendor, family, model, stepping, feature flags).
+_CPU_IDENTITY = ("vendor_id", "cpu family", "model", "stepping", "flags")
+
+
+def fingerprint(name: str | None = None) -> tuple[str, str] | None:
+    """What the spec of target ``name`` (default: this machine's) is made from, known without
+    TVM, and the pattern its tuning database folders' names match: for avx512 and avx2, which
+    take this host's CPU as LLVM names it, the CPU's identity in /proc/cpuinfo, its L2 and its
+    cores, with ``NAME-*``; for the others their configuration and key. None where
+    /proc/cpuinfo is not there. Equal fingerprints mean equal specs (the TVM version aside)."""
+    name = check_name(name or host_target_name())
+    if name not in _HOST_CPU_TARGETS:
+        spec = get_target(name)
+        return f"{name} {spec.config}", spec.key
+    identity = {}
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                field, _, value = line.partition(":")
+                if not line.strip():
+                    break  # the first processor's block
+                if field.strip() in _CPU_IDENTITY:
+                    identity[field.strip()] = value.strip()
+    except OSError:
+        return None
+    return f"{name} {identity} l2={_host_l2_bytes()} cores={_host_cores()}", f"{name}-*"
 
 
 def get_target(name: str | None = None) -> TargetSpec:

@@ -58,12 +58,10 @@ def handle(args: argparse.Namespace) -> int:
     out = check_destination(args.output)
     check_rpc(args.rpc)
     from .. import reuse  # noqa: PLC0415 - light: the keys' digests import TVM when they need it
-    from ..targets import get_target  # noqa: PLC0415
 
     early_key = None
     if options.cache and options.dump_ir is None:
-        early_key = reuse.source_key(args.model, import_arguments(args), get_target(args.target),
-                                     options)
+        early_key = reuse.source_key(args.model, import_arguments(args), args.target, options)
     if early_key is not None and not (args.verify or args.bench) and \
             reuse.unchanged(out, early_key, field="source_key"):
         return _keep(out, begun)
