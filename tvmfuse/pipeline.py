@@ -46,6 +46,7 @@ from .passes import (
     PointConvAsMatmul,
     PrepackWeights,
     QuantizeInt8,
+    SelectInFloat32,
     SliceScatterAsConcat,
     StoreNarrowed,
     TransposedConvAsConv,
@@ -164,6 +165,7 @@ def _phases(plan: _Plan) -> list[Phase]:
             _if(options.dtype in ("float16", "bfloat16"), tvm.transform.Sequential([
                 DecomposeClip(), SliceScatterAsConcat(),
                 relax.transform.ToMixedPrecision(out_dtype="float16"),
+                SelectInFloat32(),  # a router's top-k chooses by float32 logits
                 _if(options.dtype == "bfloat16", NarrowToBFloat16()),
                 FoldConstantCasts(),
                 _if(rules["store_narrowed"].enabled, StoreNarrowed()),

@@ -29,6 +29,7 @@ from .pad_conv_channels import PadConvChannels
 from .point_conv_as_matmul import PointConvAsMatmul
 from .prepack_weights import PrepackWeights
 from .quantize_int8 import ObserveQuantized, QuantizeInt8
+from .select_in_float32 import SelectInFloat32
 from .simplify_bounded_shapes import SimplifyBoundedShapes
 from .slice_scatter_as_concat import SliceScatterAsConcat
 from .space_to_depth_conv import SpaceToDepthConv
@@ -49,7 +50,7 @@ __all__ = ["ApplyDatabase", "ApplyScheduleRules", "CompareBooleansAsIntegers", "
            "FuseAttention", "GlobalPoolToReduce", "GroupNormAsLayerNorm", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
            "NormalizeNegativeAxes", "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul",
-           "PrepackWeights", "QuantizeInt8", "SimplifyBoundedShapes", "SliceScatterAsConcat",
-           "SpaceToDepthConv", "StackAsConcat", "StoreNarrowed", "TransposedConvAsConv",
-           "UseWgmmaGemms", "VerifyFusion", "WidenElementwise", "WidenEpilogues",
-           "WidenIntegerCumsum", "WinogradConv2D"]
+           "PrepackWeights", "QuantizeInt8", "SelectInFloat32", "SimplifyBoundedShapes",
+           "SliceScatterAsConcat", "SpaceToDepthConv", "StackAsConcat", "StoreNarrowed",
+           "TransposedConvAsConv", "UseWgmmaGemms", "VerifyFusion", "WidenElementwise",
+           "WidenEpilogues", "WidenIntegerCumsum", "WinogradConv2D"]
