@@ -308,7 +308,9 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     auto_inline_consumer_chain(sch, to_global)
     out = sch.get(to_global).writes[0].source
     width = lanes_for(n, 16 * 8 // tvm.runtime.DataType(out.dtype).bits)
-    if width > EPILOGUE_CONSTANT_LANES and _computes_constant_or_intrinsic(sch.get(to_global)):
+    epilogue = sch.get(to_global)
+    if width > EPILOGUE_CONSTANT_LANES and (_computes_constant_or_intrinsic(epilogue)
+                                            or _broadcasts_float32(epilogue)):
         width = EPILOGUE_CONSTANT_LANES
     fused = sch.fuse(*sch.get_loops(to_global)[-2:])
     _, tx, lanes = sch.split(fused, [None, WARP, width])
@@ -329,11 +331,12 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     return sch
 
 
-#: The most lanes of an epilogue that computes with a float32 constant or a math intrinsic
-#: (Cohere's SiLU gate: ``sigmoid`` lowers to ``1 / (1 + exp(-x))``) on the float32
-#: accumulators: TVM's CUDA codegen prints eight float32 lanes as a ``ulonglong4``, and their
-#: constant as ``make_ulonglong4`` of eight floats, which neither nvcc nor NVRTC compiles ("too
-#: many arguments in function call"; ``benchmarks/coverage.py --target cuda-sm90 --dtype fp16``).
+#: The most lanes of an epilogue that computes with a float32 value the same in every lane: a
+#: constant, a math intrinsic (Cohere's SiLU gate: ``sigmoid`` lowers to ``1 / (1 + exp(-x))``)
+#: or a float32 element read once for the vector (a row's scale, Inkling's): TVM's CUDA codegen
+#: prints eight float32 lanes as a ``ulonglong4``, and the broadcast of such a value as
+#: ``make_ulonglong4`` of eight floats, which neither nvcc nor NVRTC compiles ("too many
+#: arguments in function call"; ``benchmarks/coverage.py --target cuda-sm90 --dtype fp16``).
 EPILOGUE_CONSTANT_LANES = 4
 #: A float32 constant or an intrinsic call other than a cast, as TVMScript prints them (TVM
 #: 0.27's Python API has no TIR expression visitor).
@@ -343,6 +346,21 @@ _CONSTANT_OR_INTRINSIC = re.compile(r"T\.float32\(|T\.(?!u?int\d+\(|b?float16\()
 def _computes_constant_or_intrinsic(block: s_tir.stmt.SBlock) -> bool:
     """Whether ``block``'s body computes with a float32 constant or a math intrinsic."""
     return _CONSTANT_OR_INTRINSIC.search(str(block.body)) is not None
+
+
+def _broadcasts_float32(block: s_tir.stmt.SBlock) -> bool:
+    """Whether ``block`` reads a float32 element at an index its innermost axis (the one its
+    vector runs along) does not enter: one value for every lane, broadcast."""
+    inner = block.iter_vars[-1].var
+
+    def mentions(node) -> bool:
+        return node.same_as(inner) or any(
+            mentions(operand) for operand in (getattr(node, "a", None), getattr(node, "b", None))
+            if operand is not None)
+
+    return any(str(region.source.dtype) == "float32"
+               and not any(mentions(index.min) for index in region.region)
+               for region in block.reads)
 
 
 def _ramp_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:

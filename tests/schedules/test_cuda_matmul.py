@@ -157,6 +157,24 @@ def test_an_epilogue_with_a_math_intrinsic_stores_four_lanes_and_compiles(tmp_pa
     nvcc_compiles(source, tmp_path)
 
 
+def test_an_epilogue_scaling_rows_by_float32_stores_four_lanes_and_compiles(tmp_path):
+    """A GEMM times a float32 scale per row (Inkling's): the scale, one element for a vector of
+    eight columns, was broadcast as a ``make_ulonglong4`` of eight floats that NVRTC refused;
+    four lanes a thread compile."""
+    a = te.placeholder((256, 64), "float16", name="A")
+    b = te.placeholder((256, 64), "float16", name="B")
+    scale = te.placeholder((256,), "float32", name="scale")
+    r = te.reduce_axis((0, 64), "k")
+    c = te.compute((256, 256), lambda i, j: te.sum(
+        a[i, r].astype("float32") * b[j, r].astype("float32"), axis=r), name="matmul")
+    out = te.compute(c.shape, lambda i, j: (c[i, j] * scale[i]).astype("float16"),
+                     name="T_multiply")
+    source = _source(TensorCoreMatmul().apply(te.create_prim_func([a, b, scale, out]), TARGET,
+                                              False))
+    assert "make_ulonglong4" not in source and "*(half4*)(T_multiply_ptr" in source
+    nvcc_compiles(source, tmp_path)
+
+
 def test_blocks_per_sm_bounds_the_registers(tmp_path):
     """A tile with ``blocks_per_sm`` launches with ``__launch_bounds__(threads, blocks)``: three
     blocks of 128 threads an SM leave 170 registers a thread (the 128 x 128 tile takes about
