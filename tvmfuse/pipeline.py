@@ -165,10 +165,12 @@ def _phases(plan: _Plan) -> list[Phase]:
             _if(options.dtype in ("float16", "bfloat16"), tvm.transform.Sequential([
                 DecomposeClip(), SliceScatterAsConcat(),
                 relax.transform.ToMixedPrecision(out_dtype="float16"),
-                SelectInFloat32(),  # a router's top-k chooses by float32 logits
                 _if(options.dtype == "bfloat16", NarrowToBFloat16()),
-                FoldConstantCasts(),
                 _if(rules["store_narrowed"].enabled, StoreNarrowed()),
+                # a router's top-k chooses by float32 logits: after StoreNarrowed, which would
+                # give its GEMM the narrowed activation again, and before the weights' casts fold
+                SelectInFloat32(),
+                FoldConstantCasts(),
             ])),
             _attention(family, rules["fused_attention"].enabled),
             *family.layout_passes(rules),

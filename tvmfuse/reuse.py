@@ -84,7 +84,8 @@ def _key(facts: dict, options, databases) -> str:
     digest = hashlib.sha256()
     settings = {name: str(value) for name, value in dataclasses.asdict(options).items()
                 if name not in _NOT_IN_KEY}
-    facts = {**facts, "options": settings, "tvmfuse": source_digest()}
+    facts = {**facts, "options": settings, "tvmfuse": source_digest(),
+             "cuda_compile": env.tvm_cuda_compile_settings()}
     digest.update(json.dumps(facts, sort_keys=True, default=str).encode())
     for database in databases:
         digest.update(tuning_db.digest(database).encode())
@@ -100,6 +101,7 @@ def _databases_matching(pattern: str, options) -> list[Path]:
     if not options.use_database:
         return []
     if options.database is not None:
+        tuning_db.require(options.database)
         return [options.database]
     return [folder for root in (env.TUNING_LOGS, env.SHIPPED_TUNING_LOGS) if root.is_dir()
             for folder in sorted(root.glob(pattern)) if tuning_db.has_database(folder)]
@@ -151,12 +153,15 @@ def source_digest() -> str:
     return digest.hexdigest()
 
 
-def record_kept(out_dir: Path, seconds: dict) -> None:
+def record_kept(out_dir: Path, seconds: dict, source_key: str | None = None) -> None:
     """Note in ``out_dir``'s manifest that a build kept it, with that build's seconds per stage
     (``BuildTimes.to_json()``; the manifest's own ``build_seconds`` stay those of the build that
-    wrote the library)."""
+    wrote the library), and the ``source_key`` it had, which the next build can keep it by
+    before its import (one kept by ``build_key`` after, say, a package upgrade)."""
     path = out_dir / runtime.MANIFEST
     manifest = json.loads(path.read_text())
+    if source_key is not None:
+        manifest["source_key"] = source_key
     manifest["kept"] = {
         "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "build_seconds": seconds}

@@ -310,7 +310,7 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
     width = lanes_for(n, 16 * 8 // tvm.runtime.DataType(out.dtype).bits)
     epilogue = sch.get(to_global)
     if width > EPILOGUE_CONSTANT_LANES and (_computes_constant_or_intrinsic(epilogue)
-                                            or _broadcasts_float32(epilogue)):
+                                            or _broadcasts(epilogue)):
         width = EPILOGUE_CONSTANT_LANES
     fused = sch.fuse(*sch.get_loops(to_global)[-2:])
     _, tx, lanes = sch.split(fused, [None, WARP, width])
@@ -333,7 +333,7 @@ def _schedule(sch: s_tir.Schedule, main, trans_b: bool, in_dtype: str, accumulat
 
 #: The most lanes of an epilogue that computes with a float32 value the same in every lane: a
 #: constant, a math intrinsic (Cohere's SiLU gate: ``sigmoid`` lowers to ``1 / (1 + exp(-x))``)
-#: or a float32 element read once for the vector (a row's scale, Inkling's): TVM's CUDA codegen
+#: or an element read once for the vector (a row's scale, Inkling's): TVM's CUDA codegen
 #: prints eight float32 lanes as a ``ulonglong4``, and the broadcast of such a value as
 #: ``make_ulonglong4`` of eight floats, which neither nvcc nor NVRTC compiles ("too many
 #: arguments in function call"; ``benchmarks/coverage.py --target cuda-sm90 --dtype fp16``).
@@ -348,9 +348,10 @@ def _computes_constant_or_intrinsic(block: s_tir.stmt.SBlock) -> bool:
     return _CONSTANT_OR_INTRINSIC.search(str(block.body)) is not None
 
 
-def _broadcasts_float32(block: s_tir.stmt.SBlock) -> bool:
-    """Whether ``block`` reads a float32 element at an index its innermost axis (the one its
-    vector runs along) does not enter: one value for every lane, broadcast."""
+def _broadcasts(block: s_tir.stmt.SBlock) -> bool:
+    """Whether ``block`` reads an element at an index its innermost axis (the one its vector
+    runs along) does not enter: one value for every lane, broadcast (a float16 one is cast to
+    float32 before it is, and printed the same way)."""
     inner = block.iter_vars[-1].var
 
     def mentions(node) -> bool:
@@ -358,8 +359,7 @@ def _broadcasts_float32(block: s_tir.stmt.SBlock) -> bool:
             mentions(operand) for operand in (getattr(node, "a", None), getattr(node, "b", None))
             if operand is not None)
 
-    return any(str(region.source.dtype) == "float32"
-               and not any(mentions(index.min) for index in region.region)
+    return any(not any(mentions(index.min) for index in region.region)
                for region in block.reads)
 
 

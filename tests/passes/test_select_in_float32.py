@@ -87,3 +87,32 @@ def test_an_fp16_build_routes_as_pytorch_does_in_float32(tmp_path):
                                  api.BuildOptions(use_database=False, dtype="float16"))
     (out,) = api.load(api.build(compiled, tmp_path / "out")).run([x.numpy()])
     np.testing.assert_array_equal(out, [[1.0]])
+
+
+class NormedRouter(nn.Module):
+    """A router over a LayerNorm's output that the residual stream reads too: the value
+    StoreNarrowed stores narrowed (its other readers widen the float16 copy)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+        self.gate = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return h + 1.0, torch.topk(self.gate(h), 2).indices.float()
+
+
+def test_the_router_reads_the_float32_norm_where_the_stream_is_stored_narrowed(tmp_path):
+    """Under rules that store the residual stream narrowed (x86-64's, CUDA's), the float32 GEMM
+    still reads the LayerNorm's float32 output, not its float16 copy widened again."""
+    torch.manual_seed(0)
+    module, x = NormedRouter().eval(), torch.randn(3, 8)
+    api.compile_model(api.import_torch(module, [x]), api.get_target("x86-64"),
+                      api.BuildOptions(use_database=False, dtype="float16", dump_ir=tmp_path))
+    lines = (tmp_path / "01_fold.py").read_text().splitlines()
+    binding = {line.split(":")[0].strip(): line for line in lines if " = " in line}
+    (matmul,) = [line for line in lines if "R.matmul(" in line and 'out_dtype="float32"' in line]
+    activation = matmul.split("R.matmul(")[1].split(",")[0]
+    assert "R.astype(" not in binding[activation], binding[activation]
+    assert any("R.astype(" in line and 'dtype="float16"' in line for line in lines)

@@ -107,7 +107,7 @@ def handle(args: argparse.Namespace) -> int:
                  "and tvmfuse): kept it; --no-cache builds it again", out)
         if args.verify or args.bench:
             check(out)
-        reuse.record_kept(out, times.to_json())
+        reuse.record_kept(out, times.to_json(), early_key)
     else:
         compiled = api.compile_model(model, target, options, times=times)
         compiled.build_key, compiled.source_key = key, early_key

@@ -9,11 +9,12 @@ the float16 build chose the other one, relative error 1.1e-1 where the routing a
 So the logits a selection reads are computed again from the float32 values they were narrowed
 from: the GEMM (its activation before the cast, its weight before ``FoldConstantCasts``) and the
 bias or scale after it, then the order-keeping ops up to the selection (softmax, sigmoid, exp).
-Only that chain is widened, a router's one small GEMM; what is not reached through it stays
-narrow.
+Only that chain is widened, and only over a router-sized weight (MAX_WIDENED_WEIGHT); what is
+not reached through it stays narrow.
 
-Preconditions: run after ``ToMixedPrecision`` and before ``FoldConstantCasts`` (the weights'
-float32 values are the constants of the casts it leaves).
+Preconditions: run after ``ToMixedPrecision`` and ``StoreNarrowed`` (which would point the GEMM
+at the narrowed activation again) and before ``FoldConstantCasts`` (the weights' float32 values
+are the constants of the casts ``ToMixedPrecision`` leaves).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ from ._rewrite import NARROW_FLOATS, calls_op, mutate_functions
 SELECTIONS = ("relax.topk", "relax.argmax", "relax.argmin", "relax.argsort", "relax.sort")
 #: Ops between logits and a selection that keep their order along the chosen axis.
 ORDER_KEEPING = ("relax.nn.softmax", "relax.nn.log_softmax", "relax.sigmoid", "relax.exp")
+#: The most elements of the constant operand of a GEMM recomputed in float32: routers' weights
+#: (hidden size x experts: DeepSeek-V3's 7168 x 256 is 1.8 M) and not a vocabulary's (an argmax
+#: over Qwen2's LM head, 896 x 151936, would copy 545 MB to float32).
+MAX_WIDENED_WEIGHT = 1 << 22
 #: Ops that move a GEMM operand's values without computing (a weight's transpose).
 MOVES = ("relax.permute_dims", "relax.reshape", "relax.expand_dims", "relax.squeeze")
 #: Elementwise ops a GEMM's logits pass through with a constant (a bias, a scale).
@@ -42,6 +47,17 @@ class SelectInFloat32:
         return mutate_functions(mod, _Widen(mod))
 
 
+def _elements(expr: relax.Expr) -> float:
+    """The elements of tensor ``expr``; infinite where its shape is not known."""
+    shape = getattr(expr.ty, "shape", None)
+    if shape is None or not all(isinstance(extent, tvm.tirx.IntImm) for extent in shape):
+        return float("inf")
+    count = 1
+    for extent in shape:
+        count *= int(extent)
+    return count
+
+
 def _dtype(expr: relax.Expr) -> str | None:
     ty = expr.ty
     return str(ty.dtype) if isinstance(ty, relax.TensorType) else None
@@ -49,10 +65,17 @@ def _dtype(expr: relax.Expr) -> str | None:
 
 @relax.expr_functor.mutator
 class _Widen(relax.PyExprMutator):
+    def __init__(self, mod: tvm.IRModule):
+        super().__init__(mod)
+        self.widened: dict[relax.Expr, relax.Expr | None] = {}  # logits -> float32, once
+
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
         if isinstance(call.op, tvm.ir.Op) and call.op.name in SELECTIONS:
-            wide = self._float32(call.args[0])
+            logits = call.args[0]
+            if logits not in self.widened:
+                self.widened[logits] = self._float32(logits)
+            wide = self.widened[logits]
             if wide is not None:
                 return relax.Call(call.op, [wide, *call.args[1:]], call.attrs, call.ty_args)
         return call
@@ -83,6 +106,9 @@ class _Widen(relax.PyExprMutator):
         it is something else."""
         value = self._bound(expr)
         if calls_op(value, "relax.matmul"):
+            if not any(self._is_constant(arg) and _elements(arg) <= MAX_WIDENED_WEIGHT
+                       for arg in value.args):
+                return None  # not a router: no weight, or a vocabulary's
             a, b = (self._unnarrowed(arg) for arg in value.args)
             return self.builder_.emit(relax.op.matmul(a, b, out_dtype="float32"))
         if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
@@ -99,8 +125,10 @@ class _Widen(relax.PyExprMutator):
         return None
 
     def _is_constant(self, expr: relax.Expr) -> bool:
+        """Whether ``expr`` is a constant, cast or moved (a weight's transpose)."""
         value = self._bound(expr)
-        if calls_op(value, "relax.astype"):
+        while isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
+                value.op.name in ("relax.astype", *MOVES):
             value = self._bound(value.args[0])
         return isinstance(value, tvm.ir.expr.Constant)
 
