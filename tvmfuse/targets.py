@@ -223,15 +223,24 @@ def relax_backend(kind: str):
 
 
 @functools.cache
-def _host_cpu_flags() -> frozenset[str]:
+def _host_cpuinfo() -> dict[str, str] | None:
+    """The first processor's fields in /proc/cpuinfo (``flags``, ``model``, ...); None where
+    there is no /proc/cpuinfo (not Linux)."""
+    fields = {}
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+                if not line.strip():
+                    break  # the end of the first processor's block
+                field, _, value = line.partition(":")
+                fields[field.strip()] = value.strip()
     except OSError:
-        pass
-    return frozenset()
+        return None
+    return fields
+
+
+def _host_cpu_flags() -> frozenset[str]:
+    return frozenset((_host_cpuinfo() or {}).get("flags", "").split())
 
 
 @functools.cache
@@ -437,17 +446,10 @@ def fingerprint(name: str | None = None) -> tuple[str, str] | None:
     if name not in _HOST_CPU_TARGETS:
         spec = get_target(name)
         return f"{name} {spec.config}", spec.key
-    identity = {}
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                field, _, value = line.partition(":")
-                if not line.strip():
-                    break  # the first processor's block
-                if field.strip() in _CPU_IDENTITY:
-                    identity[field.strip()] = value.strip()
-    except OSError:
+    cpuinfo = _host_cpuinfo()
+    if cpuinfo is None:
         return None
+    identity = {field: cpuinfo.get(field) for field in _CPU_IDENTITY}
     return f"{name} {identity} l2={_host_l2_bytes()} cores={_host_cores()}", f"{name}-*"
 
 

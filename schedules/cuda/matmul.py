@@ -348,18 +348,25 @@ def _computes_constant_or_intrinsic(block: s_tir.stmt.SBlock) -> bool:
     return _CONSTANT_OR_INTRINSIC.search(str(block.body)) is not None
 
 
+def _enters(node, var, lanes: int | None = None) -> bool:
+    """Whether index expression ``node`` varies with ``var``; with ``lanes``, not where ``var``
+    enters only through a division by a multiple of ``lanes`` (constant along an aligned vector
+    of that many: the conv's tap index ``k // 64``)."""
+    if lanes is not None and isinstance(node, tirx.FloorDiv) and \
+            isinstance(node.b, tirx.IntImm) and int(node.b) % lanes == 0:
+        return False
+    return node.same_as(var) or any(
+        _enters(operand, var, lanes) for operand in (getattr(node, "a", None),
+                                                     getattr(node, "b", None))
+        if operand is not None)
+
+
 def _broadcasts(block: s_tir.stmt.SBlock) -> bool:
     """Whether ``block`` reads an element at an index its innermost axis (the one its vector
     runs along) does not enter: one value for every lane, broadcast (a float16 one is cast to
     float32 before it is, and printed the same way)."""
     inner = block.iter_vars[-1].var
-
-    def mentions(node) -> bool:
-        return node.same_as(inner) or any(
-            mentions(operand) for operand in (getattr(node, "a", None), getattr(node, "b", None))
-            if operand is not None)
-
-    return any(not any(mentions(index.min) for index in region.region)
+    return any(not any(_enters(index.min, inner) for index in region.region)
                for region in block.reads)
 
 
@@ -368,19 +375,9 @@ def _ramp_lanes(block: s_tir.stmt.SBlock, lanes: int) -> int:
     taken modulo) by a constant that ``lanes`` does not divide: 8 lanes of int32 index math
     are not printable by TVM's CUDA codegen, 4 are (``make_int4``)."""
     inner = block.iter_vars[-1].var  # the axis the vector runs along
-
-    def has_inner(node) -> bool:
-        """Whether ``node`` varies along a vector of the innermost axis (a division by a
-        multiple of ``lanes`` is constant along one: the conv's tap index ``k // 64``)."""
-        if isinstance(node, tirx.FloorDiv) and isinstance(node.b, tirx.IntImm) \
-                and int(node.b) % lanes == 0:
-            return False
-        return node.same_as(inner) or any(
-            has_inner(operand) for operand in (getattr(node, "a", None), getattr(node, "b", None))
-            if operand is not None)
-
     broken = any(isinstance(node, (tirx.FloorDiv, tirx.FloorMod))
-                 and isinstance(node.b, tirx.IntImm) and int(node.b) % lanes and has_inner(node.a)
+                 and isinstance(node.b, tirx.IntImm) and int(node.b) % lanes
+                 and _enters(node.a, inner, lanes)
                  for node in read_index_nodes(block))
     return min(lanes, 4) if broken else lanes
 

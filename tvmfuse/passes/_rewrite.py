@@ -51,9 +51,11 @@ def _conv2d(call: relax.Call, dtype: str) -> relax.Expr:
 WITH_OUT_DTYPE = {"relax.matmul": _matmul, "relax.nn.conv2d": _conv2d}
 
 
-def calls_op(expr, name: str) -> bool:
-    """``expr`` is a call of the Relax operator ``name`` (e.g. ``relax.matmul``)."""
-    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and expr.op.name == name
+def calls_op(expr, *names: str) -> bool:
+    """``expr`` is a call of the Relax operator ``name`` (e.g. ``relax.matmul``), or of one of
+    ``names``."""
+    return isinstance(expr, relax.Call) and isinstance(expr.op, tvm.ir.Op) and \
+        expr.op.name in names
 
 
 def constant_arguments(mod: tvm.IRModule) -> dict[str, set[int]]:

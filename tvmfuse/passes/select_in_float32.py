@@ -19,10 +19,12 @@ are the constants of the casts ``ToMixedPrecision`` leaves).
 
 from __future__ import annotations
 
+import math
+
 import tvm
 from tvm import relax
 
-from ._rewrite import NARROW_FLOATS, calls_op, mutate_functions
+from ._rewrite import NARROW_FLOATS, calls_op, dtype_of, mutate_functions, static_shape
 
 #: The ops that choose among their input's values by order.
 SELECTIONS = ("relax.topk", "relax.argmax", "relax.argmin", "relax.argsort", "relax.sort")
@@ -49,18 +51,8 @@ class SelectInFloat32:
 
 def _elements(expr: relax.Expr) -> float:
     """The elements of tensor ``expr``; infinite where its shape is not known."""
-    shape = getattr(expr.ty, "shape", None)
-    if shape is None or not all(isinstance(extent, tvm.tirx.IntImm) for extent in shape):
-        return float("inf")
-    count = 1
-    for extent in shape:
-        count *= int(extent)
-    return count
-
-
-def _dtype(expr: relax.Expr) -> str | None:
-    ty = expr.ty
-    return str(ty.dtype) if isinstance(ty, relax.TensorType) else None
+    shape = static_shape(getattr(expr.ty, "shape", None))
+    return float("inf") if shape is None else math.prod(shape)
 
 
 @relax.expr_functor.mutator
@@ -71,7 +63,7 @@ class _Widen(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = super().visit_call_(call)
-        if isinstance(call.op, tvm.ir.Op) and call.op.name in SELECTIONS:
+        if calls_op(call, *SELECTIONS):
             logits = call.args[0]
             if logits not in self.widened:
                 self.widened[logits] = self._float32(logits)
@@ -90,11 +82,11 @@ class _Widen(relax.PyExprMutator):
         """``expr`` (float32) computed from float32 values where it was computed from a narrow
         GEMM; None where it was not."""
         value = self._bound(expr)
-        if not isinstance(value, relax.Call) or _dtype(expr) != "float32":
+        if dtype_of(expr) != "float32":
             return None
-        if calls_op(value, "relax.astype") and _dtype(value.args[0]) in NARROW_FLOATS:
+        if calls_op(value, "relax.astype") and dtype_of(value.args[0]) in NARROW_FLOATS:
             return self._logits(value.args[0])
-        if isinstance(value.op, tvm.ir.Op) and value.op.name in ORDER_KEEPING:
+        if calls_op(value, *ORDER_KEEPING):
             inner = self._float32(value.args[0])
             if inner is not None:
                 return self.builder_.emit(relax.Call(value.op, [inner, *value.args[1:]],
@@ -111,8 +103,7 @@ class _Widen(relax.PyExprMutator):
                 return None  # not a router: no weight, or a vocabulary's
             a, b = (self._unnarrowed(arg) for arg in value.args)
             return self.builder_.emit(relax.op.matmul(a, b, out_dtype="float32"))
-        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
-                value.op.name in WITH_CONSTANT:
+        if calls_op(value, *WITH_CONSTANT):
             left, right = value.args
             if self._is_constant(right):
                 inner = self._logits(left)
@@ -127,8 +118,7 @@ class _Widen(relax.PyExprMutator):
     def _is_constant(self, expr: relax.Expr) -> bool:
         """Whether ``expr`` is a constant, cast or moved (a weight's transpose)."""
         value = self._bound(expr)
-        while isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
-                value.op.name in ("relax.astype", *MOVES):
+        while calls_op(value, "relax.astype", *MOVES):
             value = self._bound(value.args[0])
         return isinstance(value, tvm.ir.expr.Constant)
 
@@ -136,10 +126,9 @@ class _Widen(relax.PyExprMutator):
         """The float32 value a narrow ``expr`` was cast from (through the layout ops that move
         it, a weight's transpose), else ``expr`` cast to float32."""
         value = self._bound(expr)
-        if calls_op(value, "relax.astype") and _dtype(value.args[0]) == "float32":
+        if calls_op(value, "relax.astype") and dtype_of(value.args[0]) == "float32":
             return value.args[0]
-        if isinstance(value, relax.Call) and isinstance(value.op, tvm.ir.Op) and \
-                value.op.name in MOVES:
+        if calls_op(value, *MOVES):
             return self.builder_.emit(relax.Call(value.op, [self._unnarrowed(value.args[0]),
                                                             *value.args[1:]],
                                                  value.attrs, value.ty_args))
