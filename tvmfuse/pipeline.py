@@ -34,6 +34,7 @@ from .passes import (
     FoldLayoutGlue,
     FoldMatmulReshape,
     FoldPadIntoConv,
+    FoldRemainingConstants,
     FuseAttention,
     GlobalPoolToReduce,
     GroupNormAsLayerNorm,
@@ -145,7 +146,7 @@ def _phases(plan: _Plan) -> list[Phase]:
             CompareBooleansAsIntegers(),  # LLVM code compares booleans as neither ints nor floats
             TransposedConvAsConv(),  # decoders' upsampling: convs over a zero-dilated input
             FoldConstantsInNumPy(),  # what NumPy computes, without compiling a kernel for it
-            relax.transform.FoldConstant(),
+            FoldRemainingConstants(),  # and what TVM's FoldConstant computes
             GlobalPoolToReduce(),  # a pool whose window is the whole input: a mean
             FoldPadIntoConv(),  # "same" padding as its own pad op: the conv's padding
             Conv1DAsConv2D(),  # 1-D convs (an audio stem) through the 2-D conv path
@@ -209,7 +210,7 @@ def _phases(plan: _Plan) -> list[Phase]:
             relax.transform.LegalizeOps(_legalizations(family, rules, options.accumulator)),
             relax.transform.AnnotateTIROpPattern(),
             MarkGathersInjective(),  # embedding lookups and mask gathers join their neighbours
-            relax.transform.FoldConstant(),
+            FoldRemainingConstants(),
             relax.transform.CanonicalizeBindings(),
         ])),
         # 5. TVM's FuseOps groups what the patterns left (elementwise chains, reductions).

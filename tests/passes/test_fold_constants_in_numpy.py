@@ -3,7 +3,7 @@ import pytest
 import tvm
 from tvm import relax
 
-from tvmfuse.passes import FoldConstantsInNumPy
+from tvmfuse.passes import FoldConstantsInNumPy, FoldRemainingConstants
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((3, 5, 7)).astype("float32")
@@ -32,6 +32,16 @@ CASES = {
     "astype": lambda c: relax.op.astype(c(A * 4), "int32"),
     "concat": lambda c: relax.op.concat([c(A), c(A * 2)], axis=1),
     "pad": lambda c: relax.op.nn.pad(c(A), [0, 0, 1, 2, 3, 0], pad_value=1.5),
+    # comparisons and masks as numbers (the chain's multiply takes no booleans)
+    "greater_equal": lambda c: relax.op.astype(relax.op.greater_equal(c(A), c(B)), "float32"),
+    "less": lambda c: relax.op.astype(relax.op.less(c(INTS), c(INTS[::-1].copy())), "int32"),
+    "bitwise_and": lambda c: relax.op.astype(relax.op.bitwise_and(c(INTS > 0), c(INTS < 5)),
+                                             "int64"),
+    "broadcast_to": lambda c: relax.op.broadcast_to(c(B), (4, 5, 7)),
+    "strided_slice": lambda c: relax.op.strided_slice(c(A), [1, 2], [1, -6], [99, 7], [2, 3]),
+    # a position-id mask's gathers: indices in range
+    "take": lambda c: relax.op.take(c(A), c(np.array([[4, 0], [2, 2]], "int64")), axis=1),
+    "gather_elements": lambda c: relax.op.gather_elements(c(A), c(np.abs(INTS) % 5), axis=1),
 }
 
 
@@ -65,9 +75,28 @@ def test_calls_over_non_constants_and_other_ops_are_left():
         with bb.dataflow():
             scaled = bb.emit(relax.op.multiply(x, relax.const(B)))
             bb.emit(relax.op.exp(relax.const(A)))  # not NumPy's to compute: TVM's FoldConstant
+            # indices out of range: what TVM reads depends on the mode
+            bb.emit(relax.op.take(relax.const(A), relax.const(np.array([-1], "int64")), axis=0))
+            bb.emit(relax.op.strided_slice(relax.const(A), [0], [2], [0], [-1]))  # a step < 0
             half = bb.emit(relax.op.astype(relax.const(A), "float16"))
             out = bb.emit_output(relax.op.add(scaled, relax.op.astype(half, "float32")))
         bb.emit_func_output(out)
     before = bb.get()
     tvm.ir.assert_structural_equal(FoldConstantsInNumPy()(before), relax.transform
                                    .DeadCodeElimination()(before))
+
+
+def test_tvm_folds_what_is_left_and_nothing_runs_where_nothing_is_left():
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((3, 5, 7), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.add(x, relax.op.exp(relax.const(A))))
+        bb.emit_func_output(out)
+    before = bb.get()
+    folded = FoldRemainingConstants()(before)
+    tvm.ir.assert_structural_equal(folded, relax.transform.FoldConstant()(before))
+    assert not folded.same_as(before)  # exp over a constant: TVM's to compute
+    left = FoldRemainingConstants()(folded)
+    assert left.same_as(folded)  # only x + constant: nothing to fold, the module as it was
+    tvm.ir.assert_structural_equal(relax.transform.FoldConstant()(folded), left)

@@ -10,7 +10,7 @@ from .einsum_as_matmul import EinsumAsMatmul
 from .expand_integer_power import ExpandIntegerPower
 from .fold_batch_norm import FoldBatchNorm
 from .fold_constant_casts import FoldConstantCasts
-from .fold_constants_in_numpy import FoldConstantsInNumPy
+from .fold_constants_in_numpy import FoldConstantsInNumPy, FoldRemainingConstants
 from .fold_creation_ops import FoldCreationOps
 from .fold_gelu_tanh import FoldGeluTanh
 from .fold_layout_glue import FoldLayoutGlue
@@ -47,6 +47,7 @@ __all__ = ["ApplyDatabase", "ApplyScheduleRules", "CompareBooleansAsIntegers", "
            "DecomposeClip", "DropUnusedShapeCasts", "EinsumAsMatmul", "ExpandIntegerPower",
            "FoldBatchNorm", "FoldConstantCasts", "FoldConstantsInNumPy", "FoldCreationOps",
            "FoldGeluTanh", "FoldLayoutGlue", "FoldMatmulReshape", "FoldPadIntoConv",
+           "FoldRemainingConstants",
            "FuseAttention", "GlobalPoolToReduce", "GroupNormAsLayerNorm", "MarkGathersInjective",
            "MarkWeightsLayoutFree", "MergeParallelMatmul", "MergeSummedConv", "NarrowToBFloat16",
            "NormalizeNegativeAxes", "ObserveQuantized", "PadConvChannels", "PointConvAsMatmul",

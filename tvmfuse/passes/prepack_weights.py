@@ -28,6 +28,7 @@ from tvm import relax, s_tir, tirx
 
 from ..names import LAYOUT_REWRITE_PREPROC, PREPACK
 from ._rewrite import calls_op, mutate_functions
+from .fold_constants_in_numpy import FoldRemainingConstants
 
 #: Suffixes SplitLayoutRewritePreproc gives the two halves of a kernel.
 PACKING, PACKED = "_weight_prepack", "_prepacked"
@@ -51,7 +52,7 @@ class PrepackWeights:
         split = relax.transform.SplitLayoutRewritePreproc()(split)
         for gvar, func in others.items():
             split[gvar] = func
-        mod = relax.transform.FoldConstant()(_run_packing(split))  # FoldConstant: what is left
+        mod = FoldRemainingConstants()(_run_packing(split))  # what is left
         mod = relax.transform.DeadCodeElimination()(mod)
         return _restore_names(mod)
 

@@ -9,6 +9,7 @@ from ..passes import (
     ApplyScheduleRules,
     DecomposeClip,
     FoldConstantsInNumPy,
+    FoldRemainingConstants,
     NormalizeNegativeAxes,
     StackAsConcat,
 )
@@ -78,5 +79,5 @@ def nhwc_convs(kernel_layout: str) -> list[tvm.transform.Pass]:
         StackAsConcat(),  # and its rule for stack names an axis no other rule finds
         relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", kernel_layout]}),
         FoldConstantsInNumPy(),  # the weights' transposes
-        relax.transform.FoldConstant(),
+        FoldRemainingConstants(),
     ]

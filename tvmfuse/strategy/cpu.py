@@ -13,6 +13,7 @@ from tvm import relax, te, tirx, topi
 from ..passes import (
     ApplyScheduleRules,
     FoldConstantsInNumPy,
+    FoldRemainingConstants,
     PadConvChannels,
     WinogradConv2D,
     part_tail,
@@ -42,7 +43,7 @@ class CpuStrategy(Strategy):
             return []
         vector = self.target.vector
         return [*nhwc_convs("HWIO"), PadConvChannels(vector.lanes, vector.dot_bf16),
-                FoldConstantsInNumPy(), relax.transform.FoldConstant(),
+                FoldConstantsInNumPy(), FoldRemainingConstants(),
                 *([WinogradConv2D()] if rules["winograd_conv2d"].enabled else [])]
 
     def legalize_overrides(self, rules: dict[str, Rule]) -> dict:
