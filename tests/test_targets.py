@@ -103,10 +103,10 @@ def test_importing_tvmfuse_gives_tvm_every_core_unless_told_otherwise():
 
 
 @pytest.mark.parametrize("large", [False, True])
-def test_a_library_carries_its_weights_through_the_assembler(tmp_path, monkeypatch, large):
-    """export_library's packed imports (here a VM's bytecode and a 3 x 5 weight) go in through
-    an ``.incbin`` stub; a blob of the large size goes to x86-64's ``.lrodata``. The library
-    loads and computes with the weight it was built with."""
+def test_a_library_carries_its_weights_in_an_object_of_their_own(tmp_path, monkeypatch, large):
+    """export_library's packed imports (here a VM's bytecode and a 3 x 5 weight) go in as an
+    ELF object tvmfuse writes; a blob of the large size goes to x86-64's ``.lrodata``. The
+    library loads and computes with the weight it was built with."""
     import numpy as np
     from tvm import relax
     from tvm.script import relax as R

@@ -85,32 +85,27 @@ _L2_BYTES = {
 _LARGE_BLOB_BYTES = 1 << 30
 
 
-def pack_imports_by_incbin(module, is_system_lib: bool, symbol_prefix: str, workspace: str, *,
-                           large_section: bool) -> str:
+def pack_imports_as_object(module, is_system_lib: bool, symbol_prefix: str, workspace: str, *,
+                           arch: str) -> str:
     """TVM's ``fpack_imports`` for ``export_library``: the bytes TVM packs its imported modules
-    into (the VM's code and constants, hence every weight; CUDA binaries) written to a file that
-    a four-line assembly stub includes with ``.incbin``, under TVM's symbol. TVM's default makes
-    them one LLVM constant and emits it, seconds per hundred MB, where the assembler copies the
-    file (``python benchmarks/build_time.py``: the ``export`` stage). ``large_section``: the
-    target is x86-64, whose blobs of a GiB or more need ``.lrodata``."""
+    into (the VM's code and constants, hence every weight; CUDA binaries) written straight into
+    an ELF object under TVM's symbol (:mod:`tvmfuse.elf`), which the linker takes with the
+    kernels. TVM's default makes them one LLVM constant and emits it, seconds per hundred MB; an
+    assembler's ``.incbin`` of them took 1.4 s more than this for BERT-base's 437 MB (``python
+    benchmarks/build_time.py``: the ``export`` stage)."""
     import numpy as np  # noqa: PLC0415
     from tvm.runtime import _ffi_api  # noqa: PLC0415
 
+    from .elf import write_data_object  # noqa: PLC0415
+
     if is_system_lib or symbol_prefix:
         raise TvmfuseError("tvmfuse builds shared libraries, not system libraries")
-    blob = os.path.join(workspace, "devc.bin")
-    # written from the packed bytes themselves (a copy of BERT-base's 437 MB costs a second)
-    np.from_dlpack(_ffi_api.ModulePackImportsToTensor(module)).tofile(blob)
-    size = os.path.getsize(blob)
-    symbol = _ffi_api.ModuleImportsBlobName()
-    section = ".lrodata" if large_section and size >= _LARGE_BLOB_BYTES else ".rodata"
-    quoted = blob.replace("\\", "\\\\").replace('"', '\\"')
-    stub = os.path.join(workspace, "devc.s")
-    with open(stub, "w") as out:
-        out.write(f'.section {section},"a"\n.globl {symbol}\n.type {symbol}, %object\n'
-                  f'.size {symbol}, {size}\n{symbol}:\n.incbin "{quoted}"\n'
-                  f'.section .note.GNU-stack,"",%progbits\n')
-    return stub
+    blob = np.from_dlpack(_ffi_api.ModulePackImportsToTensor(module))
+    large = arch == "x86_64" and blob.nbytes >= _LARGE_BLOB_BYTES
+    path = os.path.join(workspace, "devc.o")
+    write_data_object(path, blob, _ffi_api.ModuleImportsBlobName(), arch,
+                      section=".lrodata" if large else ".rodata")
+    return path
 
 
 @dataclass(frozen=True)
@@ -167,7 +162,7 @@ class TargetSpec:
     def export(self, executable, path: str) -> None:
         """Write ``executable`` as a shared library, cross-linking when the target needs it; the
         modules it imports (the VM's code and weights, CUDA binaries) go in by
-        :func:`pack_imports_by_incbin`."""
+        :func:`pack_imports_as_object`."""
         fcompile = None
         if self.cross_cc is not None:
             if shutil.which(self.cross_cc) is None:
@@ -178,7 +173,7 @@ class TargetSpec:
             from tvm.support import cc  # noqa: PLC0415
 
             fcompile = cc.cross_compiler(self.cross_cc)
-        pack = functools.partial(pack_imports_by_incbin, large_section=self.arch == "x86_64")
+        pack = functools.partial(pack_imports_as_object, arch=self.arch)
         executable.export_library(path, fcompile=fcompile, fpack_imports=pack)
 
     @property
