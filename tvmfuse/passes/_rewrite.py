@@ -31,7 +31,10 @@ def rewrite_functions(mod: tvm.IRModule, pattern, rewrite) -> tvm.IRModule:
                 break
             # as rewrite_call's rounds end: `y = x` read as x, and equal values merged
             canonical = relax.transform.CanonicalizeBindings()(tvm.IRModule({"main": rewritten}))
-            func = eliminate_common_subexpressions(canonical["main"], keys)
+            merged = eliminate_common_subexpressions(canonical["main"], keys)
+            if structural_equal(merged, func):  # a rewrite that rebuilt what was there
+                break
+            func = merged
         updated[gvar] = relax.transform.DeadCodeElimination()(
             tvm.IRModule({"main": func}))["main"]
     return updated

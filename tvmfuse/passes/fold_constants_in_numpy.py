@@ -28,6 +28,9 @@ _BINARY = {"relax.add": np.add, "relax.subtract": np.subtract, "relax.multiply":
            "relax.greater_equal": np.greater_equal, "relax.bitwise_and": np.bitwise_and,
            "relax.bitwise_or": np.bitwise_or, "relax.logical_and": np.logical_and,
            "relax.logical_or": np.logical_or}
+#: The binary ops that take booleans as NumPy does.
+_LOGICAL = ("relax.equal", "relax.not_equal", "relax.bitwise_and", "relax.bitwise_or",
+            "relax.logical_and", "relax.logical_or")
 _UNARY = {"relax.sqrt": np.sqrt, "relax.negative": np.negative, "relax.abs": np.abs,
           "relax.rsqrt": lambda x: 1 / np.sqrt(x)}
 #: Ops whose result is their input's values in another shape (the output's static shape).
@@ -46,6 +49,10 @@ def _evaluate(call: relax.Call, args: list):
     if shape is None or str(out.dtype) not in _DTYPES:
         return None
     if name in _BINARY and (name != "relax.divide" or str(out.dtype).startswith("float")):
+        # operands of two dtypes promote differently in NumPy; booleans do arithmetic there
+        # that TVM does not (bool - bool raises, bool + bool is an or)
+        if args[0].dtype != args[1].dtype or (args[0].dtype == bool and name not in _LOGICAL):
+            return None
         return _BINARY[name](*args)
     if name in _UNARY and args[0].dtype.kind == "f":
         return _UNARY[name](args[0])
@@ -72,6 +79,10 @@ def _evaluate(call: relax.Call, args: list):
             return None  # out of range: what TVM does with them depends on the mode
         if name == "relax.take":
             return np.take(data, indices, axis=axis)
+        if indices.ndim != data.ndim or any(
+                i != d for k, (i, d) in enumerate(zip(indices.shape, data.shape))
+                if k != axis % data.ndim):
+            return None  # indices narrower than the data off the gathered axis
         return np.take_along_axis(data, indices, axis=axis)
     return None
 
@@ -107,7 +118,7 @@ class FoldRemainingConstants:
         if any(_has_constant_binding(func) for func in mod.functions.values()
                if isinstance(func, relax.Function)):
             return relax.transform.FoldConstant()(mod)
-        return mod
+        return relax.transform.DeadCodeElimination()(mod)  # FoldConstant drops unused bindings
 
 
 def _has_constant_binding(func: relax.Function) -> bool:
